@@ -1,0 +1,67 @@
+"""compactlog: Kafka's topic compaction (key-based retention) on Arrow and Parquet files.
+
+``compactlog.open(data_dir)`` returns a :class:`Store`: topics, a producer, readers, and the log cleaner.
+Spark integration lives in :mod:`compactlog.spark` and is imported only on demand.
+"""
+
+import os
+from collections.abc import Callable
+
+from .config import BrokerConfig, ProducerConfig, TopicConfig
+from .errors import (
+    CheckpointError,
+    CleanerError,
+    CompactLogError,
+    ConfigError,
+    CorruptSegmentError,
+    ExecutorError,
+    InvalidRecordError,
+    InvalidTopicError,
+    InvalidTxnStateError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .record import Record, RecordMetadata
+from .store import AppendResult, PartitionInfo, SegmentInfo, Store, open_store
+
+__version__ = "0.1.0"
+
+
+def open(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:  # noqa: A001
+    """Open (creating if needed) a data directory. ``clock`` returns epoch milliseconds (default: wall clock)."""
+    return open_store(data_dir, clock)
+
+
+__all__ = [
+    "AppendResult",
+    "BrokerConfig",
+    "CheckpointError",
+    "CleanerError",
+    "CompactLogError",
+    "ConfigError",
+    "CorruptSegmentError",
+    "ExecutorError",
+    "InvalidRecordError",
+    "InvalidTopicError",
+    "InvalidTxnStateError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "PartitionInfo",
+    "ProducerConfig",
+    "ProducerFencedError",
+    "Record",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "SegmentInfo",
+    "StoreClosedError",
+    "Store",
+    "TopicConfig",
+    "TopicExistsError",
+    "UnknownTopicOrPartitionError",
+    "open",
+]

@@ -1,0 +1,1 @@
+"""The log cleaner: Kafka's key-based compaction (planning, record rules, execution) for compactlog."""

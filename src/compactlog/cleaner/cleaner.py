@@ -1,0 +1,299 @@
+"""The log cleaner: one pass of Kafka's key-based retention over a store.
+
+A pass (:func:`clean`):
+
+1. rolls every compacted partition's idle active segment whose first record is older than
+   ``max.compaction.lag.ms`` (beyond Kafka, which rolls only on append: without it a quiet topic keeps
+   superseded values forever) and removes replaced files whose ``file.delete.delay.ms`` has passed;
+2. plans (:func:`.plan.select_logs`): the cleanable range of every compacted partition, its dirty ratio and
+   compaction delay, and which are eligible, filthiest first, with the reason for every other one;
+3. cleans each eligible partition: the kernel builds the offset map and writes cleaned groups
+   (:mod:`.kernel`, in process or on Spark executors), the swap installs them (:mod:`.swap`), and only
+   then the checkpoint advances to the round's end offset;
+4. applies retention to compacted partitions (segments below the log start; and ``retention.ms`` /
+   ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.
+
+A partition whose round fails is marked uncleanable with the reason; the other partitions go on, and the
+next pass retries it. At most one process cleans a partition at a time (``.cleaner.lock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CleanerError, CompactLogError
+from .kernel import CleanTask, GroupResult, MapResult, SegmentFile, build_offset_map, clean_group, groups_to_clean
+from .plan import (
+    CleanerStats,
+    CleaningPolicy,
+    LogToClean,
+    PartitionState,
+    SegmentStats,
+    log_to_clean,
+    retention_deletable,
+    select_logs,
+)
+from .plan import cleaner_metrics as metrics_from_stats
+from .swap import SwapHook, discard, replace_segments
+
+if TYPE_CHECKING:
+    from ..log import Log
+    from ..store import PartitionInfo, Store
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PartitionCleanReport:
+    """One cleaned partition."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    end_offset: int  # the new checkpoint
+    records_read: int
+    records_written: int
+    bytes_read: int
+    bytes_written: int
+    map_utilization: float
+    duration_ms: int
+    invalid_records: int = 0
+    tombstones_stamped: int = 0
+    groups: int = 0
+
+
+@dataclass
+class CleanReport:
+    """What one cleaner pass did: cleaned partitions in the order cleaned, and why the others were not."""
+
+    partitions: list[PartitionCleanReport] = field(default_factory=list)
+    skipped: dict[TopicPartition, str] = field(default_factory=dict)
+    rolled: list[TopicPartition] = field(default_factory=list)
+    retention_bytes_removed: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def partition(self, topic: str, partition: int) -> PartitionCleanReport | None:
+        return next((p for p in self.partitions if (p.topic, p.partition) == (topic, partition)), None)
+
+
+def segment_stats(log: Log) -> tuple[SegmentStats, ...]:
+    return tuple(SegmentStats(m.base_offset, m.next_offset, m.size_bytes, m.record_count, m.max_timestamp,
+                              m.first_timestamp, m.active) for m in log.segments_meta())
+
+
+def partition_state(store: Store, log: Log, checkpoints: dict[TopicPartition, int]) -> PartitionState:
+    segments = segment_stats(log)
+    config = store.topic_config(log.topic)
+    return PartitionState(
+        topic=log.topic, partition=log.partition, segments=segments,
+        log_start_offset=segments[0].base_offset, log_end_offset=segments[-1].next_offset,
+        last_stable_offset=last_stable_offset(store, log, segments[-1].next_offset),
+        checkpoint=checkpoints.get((log.topic, log.partition)),
+        policy=CleaningPolicy.from_topic_config(config),
+        uncleanable_reason=store.cleaner_state.uncleanable.get((log.topic, log.partition)))
+
+
+def last_stable_offset(store: Store, log: Log, log_end_offset: int) -> int:
+    """The first offset of the oldest open transaction, else the log end (transactions fill this in)."""
+    lso = getattr(store, "last_stable_offset", None)
+    return int(lso(log.topic, log.partition)) if callable(lso) else log_end_offset
+
+
+def _compacted_logs(store: Store, topic: str | None, partition: int | None) -> Iterator[Log]:
+    for name in [topic] if topic is not None else store.topics():
+        if not store.topic_config(name).compact and topic is None:
+            continue
+        if partition is not None:
+            yield store.log(name, partition)
+        else:
+            yield from store.partition_logs(name)
+
+
+@contextlib.contextmanager
+def cleaner_lock(log: Log) -> Iterator[bool]:
+    """Hold ``.cleaner.lock`` for the round if no other process does; yields whether it was acquired."""
+    fd = os.open(os.path.join(log.directory, ".cleaner.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def clean(store: Store, force: bool = False, topic: str | None = None, partition: int | None = None,
+          executor: Any = None, hook: SwapHook | None = None) -> CleanReport:
+    """One cleaner pass (see the module docstring)."""
+    report = CleanReport()
+    state = store.cleaner_state
+    now = store.clock()
+    logs = list(_compacted_logs(store, topic, partition))
+    for log in logs:
+        log.delete_expired_files()
+        config = store.topic_config(log.topic)
+        if config.compact and log.maybe_roll_idle(now, config.max_compaction_lag_ms):
+            report.rolled.append((log.topic, log.partition))
+    checkpoints = store.checkpoint.read()
+    states = [partition_state(store, log, checkpoints) for log in logs]
+    selection = select_logs(
+        [s if s.uncleanable_reason is None else _retry(s) for s in states], now, force=force)
+    if selection.checkpoint_resets:
+        store.checkpoint.update(add=selection.checkpoint_resets)
+    report.skipped.update(selection.skipped)
+    state.last_run_ms = now
+    state.max_dirty_ratio = selection.max_dirty_ratio
+    state.max_compaction_delay_ms = selection.max_compaction_delay_ms
+    by_tp = {(log.topic, log.partition): log for log in logs}
+    stats: list[CleanerStats] = []
+    for ltc in selection.to_clean:
+        tp = (ltc.topic, ltc.partition)
+        log = by_tp[tp]
+        try:
+            with cleaner_lock(log) as acquired:
+                if not acquired:
+                    report.skipped[tp] = "being cleaned by another process"
+                    continue
+                result = clean_partition(store, log, ltc, now, executor, hook)
+        except CompactLogError as e:
+            state.mark_uncleanable(tp, str(e), ltc.cleanable_bytes)
+            report.skipped[tp] = f"uncleanable: {e}"
+            continue
+        except OSError as e:
+            state.mark_uncleanable(tp, f"I/O error: {e}", ltc.cleanable_bytes)
+            report.skipped[tp] = f"uncleanable: I/O error: {e}"
+            continue
+        state.clear_uncleanable(tp)
+        report.partitions.append(result)
+        stats.append(CleanerStats(result.records_read, result.records_written, result.bytes_read,
+                                  result.bytes_written, result.invalid_records, result.map_utilization,
+                                  now, now + result.duration_ms))
+    if stats:
+        state.last_stats = stats
+    for log in logs:
+        if store.topic_config(log.topic).compact and (log.topic, log.partition) not in state.uncleanable:
+            freed = apply_retention(store, log)
+            if freed:
+                report.retention_bytes_removed[(log.topic, log.partition)] = freed
+    return report
+
+
+def _retry(state: PartitionState) -> PartitionState:
+    """Uncleanable partitions are retried every pass (Kafka needs a restart)."""
+    from dataclasses import replace
+
+    return replace(state, uncleanable_reason=None)
+
+
+def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanTask, dict[int, int]]:
+    config = store.topic_config(log.topic)
+    broker = store.broker
+    sealed = [s for s in log.sealed_segments() if s.base_offset < ltc.first_uncleanable_offset]
+    files = tuple(SegmentFile(s.path, s.base_offset, s.next_offset, s.meta.size_bytes, s.meta.record_count,
+                              s.meta.max_timestamp, s.meta.first_timestamp) for s in sealed)
+    buffer_bytes = int(broker.log_cleaner_dedupe_buffer_size)
+    aborted_fn = getattr(store, "aborted_transactions", None)
+    aborted = tuple(aborted_fn(log.topic, log.partition, ltc.first_uncleanable_offset)) if callable(aborted_fn) else ()
+    task = CleanTask(
+        topic=log.topic, partition=log.partition, directory=log.directory, segments=files,
+        first_dirty_offset=ltc.first_dirty_offset, first_uncleanable_offset=ltc.first_uncleanable_offset,
+        now_ms=now, delete_retention_ms=config.delete_retention_ms, segment_bytes=config.segment_bytes,
+        compression=config.parquet_compression,
+        map_capacity_bytes=int(buffer_bytes * broker.log_cleaner_io_buffer_load_factor),
+        dedupe_buffer_bytes=buffer_bytes, aborted=aborted)
+    return task, {s.base_offset: s.inode for s in sealed}
+
+
+def run_in_process(task: CleanTask) -> tuple[MapResult, list[GroupResult]]:
+    """The kernel in this process: map, then every group, one after another."""
+    mapped = build_offset_map(task)
+    results: list[GroupResult] = []
+    try:
+        for group in groups_to_clean(task, mapped.end_offset):
+            results.append(clean_group(task, group, mapped.offset_map, mapped.entries))
+    except BaseException:
+        discard(results)
+        raise
+    return mapped, results
+
+
+def clean_partition(store: Store, log: Log, ltc: LogToClean, now: int, executor: Any = None,
+                    hook: SwapHook | None = None) -> PartitionCleanReport:
+    """One round on one partition: kernel, swap, then checkpoint."""
+    started = time.monotonic()
+    task, inodes = make_task(store, log, ltc, now)
+    if executor is None:
+        mapped, results = run_in_process(task)
+    else:
+        from ..spark.executor import run_on_spark
+
+        mapped, results = run_on_spark(executor, task)
+    if mapped.end_offset <= ltc.first_dirty_offset and not results:
+        raise CleanerError(f"{log.topic}-{log.partition}: offset map made no progress")
+    config = store.topic_config(log.topic)
+    replace_segments(log, results, inodes, config.file_delete_delay_ms, hook)
+    if hook is not None:
+        hook("before-checkpoint")
+    store.checkpoint.update(add={(log.topic, log.partition): mapped.end_offset})
+    return PartitionCleanReport(
+        topic=log.topic, partition=log.partition, first_dirty_offset=ltc.first_dirty_offset,
+        end_offset=mapped.end_offset,
+        records_read=sum(r.records_read for r in results),
+        records_written=sum(r.records_written for r in results),
+        bytes_read=sum(r.bytes_read for r in results) + mapped.bytes_read,
+        bytes_written=sum(r.bytes_written for r in results),
+        map_utilization=mapped.offset_map.utilization,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        invalid_records=sum(r.invalid_records for r in results),
+        tombstones_stamped=sum(r.tombstones_stamped for r in results),
+        groups=len(results))
+
+
+def apply_retention(store: Store, log: Log) -> int:
+    """Delete whole segments by the retention rule (:func:`.plan.retention_deletable`)."""
+    config = store.topic_config(log.topic)
+    now = store.clock()
+    if config.delete and config.retention_ms >= 0:
+        active = log.active
+        if active.record_count and active.max_timestamp >= 0 and now - active.max_timestamp > config.retention_ms:
+            log.roll()  # Kafka rolls first when every segment, the active one included, has expired
+    state = partition_state(store, log, {})
+    plan = retention_deletable(state, now)
+    if not plan.segments:
+        return 0
+    return log.delete_segments([s.base_offset for s in plan.segments], config.file_delete_delay_ms)
+
+
+def describe_partition(store: Store, log: Log) -> PartitionInfo:
+    from ..store import PartitionInfo, SegmentInfo
+
+    metas = log.segments_meta()
+    segments = [SegmentInfo(m.base_offset, m.size_bytes, m.record_count, m.max_timestamp, m.active) for m in metas]
+    state = partition_state(store, log, store.checkpoint.read())
+    info: dict[str, Any] = {}
+    if state.policy.compact:
+        ltc = log_to_clean(state, store.clock())
+        info = {
+            "first_dirty_offset": ltc.first_dirty_offset,
+            "first_uncleanable_offset": max(ltc.first_uncleanable_offset, ltc.first_dirty_offset),
+            "dirty_ratio": ltc.cleanable_ratio,
+            "max_compaction_delay_ms": ltc.max_compaction_delay_ms,
+        }
+    return PartitionInfo(
+        partition=log.partition, log_start_offset=state.log_start_offset, log_end_offset=state.log_end_offset,
+        size_bytes=sum(m.size_bytes for m in metas), segments=segments,
+        uncleanable_reason=store.cleaner_state.uncleanable.get((log.topic, log.partition)),
+        last_stable_offset=state.last_stable_offset, **info)
+
+
+def cleaner_metrics(store: Store) -> dict[str, int | float]:
+    state = store.cleaner_state
+    return metrics_from_stats(state.last_stats, state.max_dirty_ratio, state.max_compaction_delay_ms,
+                              state.uncleanable_bytes, store.clock(), state.last_run_ms)

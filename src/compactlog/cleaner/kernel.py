@@ -1,0 +1,251 @@
+"""The cleaning kernel: one partition's round as vectorised Arrow/numpy work on segment files.
+
+Given a :class:`CleanTask` (plain values: segment files, the cleanable range, the configs that matter, the
+round's clock reading), the kernel
+
+1. builds the offset map over the dirty section ``[first_dirty_offset, first_uncleanable_offset)`` (only
+   keyed data records; records of aborted transactions never enter it), stopping where the map fills;
+   the round's end offset (the next checkpoint) is ``map.latest_offset + 1``;
+2. rewrites every segment whose base offset is below the end offset (the clean section too, since new
+   keys may supersede old ones), keeping a record iff Kafka's rule keeps it (:mod:`.retain`, vectorised
+   here), stamping a delete horizon on tombstones it keeps for the first time, and writing each group of
+   segments (:func:`.plan.group_segments_by_size`) to one ``<first base>.parquet.cleaned`` file.
+
+It never touches the live segment set: :mod:`.swap` installs its output under the partition lock. Every
+step works on one segment (or a bounded batch of key columns) at a time, so memory stays within the
+dedupe buffer plus one segment. The same functions run in process and inside Spark tasks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..record import CONTROL_NONE, NO_DELETE_HORIZON
+from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
+from .offset_map import OffsetMap
+from .plan import SegmentStats, group_segments_by_size
+
+MAP_COLUMNS = ["offset", "key", "control_type", "is_transactional", "producer_id"]
+# Key columns of at most this many bytes are looked up in the offset map in one hash pass.
+LOOKUP_BATCH_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """A sealed segment as the kernel sees it: a file and the offset range it covers."""
+
+    path: str
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    record_count: int
+    max_timestamp: int = -1
+    first_timestamp: int = -1
+
+    def stats(self) -> SegmentStats:
+        # An emptied segment counts as size 0, so it always joins a neighbour's group (Kafka's rule for
+        # empty segments); a Parquet file with no rows still has a footer of a few hundred bytes.
+        size = self.size_bytes if self.record_count else 0
+        return SegmentStats(self.base_offset, self.next_offset, size, self.record_count,
+                            self.max_timestamp, self.first_timestamp, False)
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    """An aborted transaction: producer ``producer_id``'s transactional data in ``[first_offset, last_offset]``
+    (``last_offset`` is the ABORT marker's offset)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class CleanTask:
+    """Everything one partition's round needs, as values (it crosses to Spark executors as is)."""
+
+    topic: str
+    partition: int
+    directory: str
+    segments: tuple[SegmentFile, ...]  # every sealed segment below first_uncleanable_offset, ascending
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    now_ms: int
+    delete_retention_ms: int
+    segment_bytes: int
+    compression: str
+    map_capacity_bytes: int
+    dedupe_buffer_bytes: int
+    aborted: tuple[AbortedTxn, ...] = ()
+
+    def dirty_segments(self) -> list[SegmentFile]:
+        return [s for s in self.segments
+                if s.next_offset > self.first_dirty_offset and s.base_offset < self.first_uncleanable_offset]
+
+
+@dataclass
+class MapResult:
+    """The offset map of a round and where the round ends."""
+
+    offset_map: OffsetMap
+    end_offset: int  # the new checkpoint: one past the last offset the map covers
+    records_read: int = 0
+    bytes_read: int = 0
+    entries: dict[int, np.ndarray] = field(default_factory=dict)  # base offset -> entry per row (-1 = none)
+
+
+@dataclass
+class GroupResult:
+    """One cleaned group: its ``.cleaned`` file and what was read and written."""
+
+    base_offset: int
+    next_offset: int
+    cleaned_path: str
+    source_bases: tuple[int, ...]
+    records_read: int
+    records_written: int
+    bytes_read: int
+    bytes_written: int
+    invalid_records: int
+    tombstones_stamped: int
+
+
+def aborted_mask(offsets: np.ndarray, producer_ids: np.ndarray, transactional: np.ndarray,
+                 control: np.ndarray, aborted: Sequence[AbortedTxn]) -> np.ndarray:
+    """Rows that are data of an aborted transaction."""
+    mask = np.zeros(len(offsets), dtype=bool)
+    if not aborted:
+        return mask
+    candidate = transactional & ~control
+    for txn in aborted:
+        mask |= candidate & (producer_ids == txn.producer_id) & (offsets >= txn.first_offset) & (
+            offsets < txn.last_offset)
+    return mask
+
+
+def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """The rows of a segment that enter the map: keyed data rows of the dirty range, not aborted."""
+    offsets = table.column("offset").to_numpy()
+    keys = table.column("key").combine_chunks() if table.num_rows else pa.array([], pa.binary())
+    control = table.column("control_type").to_numpy() != CONTROL_NONE
+    eligible = ~np.asarray(keys.is_null(), dtype=bool) & ~control
+    eligible &= (offsets >= task.first_dirty_offset) & (offsets < task.first_uncleanable_offset)
+    if task.aborted:
+        eligible &= ~aborted_mask(offsets, table.column("producer_id").to_numpy(),
+                                  table.column("is_transactional").to_numpy(zero_copy_only=False), control,
+                                  task.aborted)
+    return offsets, keys, eligible
+
+
+def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
+    """Phase 1: the offset map over the dirty section, segment by segment, until it fills."""
+    offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
+    result = MapResult(offset_map, task.first_dirty_offset)
+    for segment in task.dirty_segments():
+        table = pq.read_table(segment.path, columns=MAP_COLUMNS)
+        result.records_read += table.num_rows
+        result.bytes_read += segment.size_bytes
+        offsets, keys, eligible = _map_rows(table, task)
+        positions = np.flatnonzero(eligible)
+        entries, full_at = offset_map.put_records(keys.take(pa.array(positions)), offsets[positions])
+        if keep_entries and segment.base_offset >= task.first_dirty_offset:
+            row_entries = np.full(len(offsets), -1, dtype=np.int32)
+            row_entries[positions] = entries
+            result.entries[segment.base_offset] = row_entries
+        if full_at is not None:
+            offset_map.update_latest_offset(full_at - 1)
+            result.end_offset = full_at
+            return result
+        # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
+        offset_map.update_latest_offset(min(segment.next_offset, task.first_uncleanable_offset) - 1)
+    result.end_offset = offset_map.latest_offset + 1 if len(task.dirty_segments()) else task.first_dirty_offset
+    return result
+
+
+def groups_to_clean(task: CleanTask, end_offset: int) -> list[list[SegmentFile]]:
+    """Phase 2's work list: the segments below the round's end offset, grouped by ``segment.bytes``."""
+    below = [s for s in task.segments if s.base_offset < end_offset]
+    by_base = {s.base_offset: s for s in below}
+    groups = group_segments_by_size([s.stats() for s in below], task.segment_bytes, task.first_uncleanable_offset)
+    return [[by_base[s.base_offset] for s in group] for group in groups]
+
+
+def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
+                entries: np.ndarray | None) -> tuple[np.ndarray, int]:
+    """Which rows of a segment survive (the vectorised :func:`.retain.should_retain_record`), and how many
+    keyless data records were dropped as invalid."""
+    offsets = table.column("offset").to_numpy()
+    keys = table.column("key")
+    control = table.column("control_type").to_numpy() != CONTROL_NONE
+    keyless = np.asarray(keys.is_null(), dtype=bool)
+    if entries is not None:
+        found = np.where(entries >= 0, offset_map.offsets[np.maximum(entries, 0)], -1)
+    else:
+        found = offset_map.lookup(keys)
+    tombstone = np.asarray(table.column("value").is_null(), dtype=bool) & ~control
+    horizon = table.column("delete_horizon_ms").to_numpy()
+    retain_deletes = (horizon == NO_DELETE_HORIZON) | (task.now_ms < horizon)
+    beyond_map = offsets > offset_map.latest_offset
+    keep_keyed = (offsets >= found) & (~tombstone | retain_deletes)
+    data = ~control
+    keep = control | beyond_map | (data & ~keyless & keep_keyed)
+    invalid = int(np.count_nonzero(data & keyless & ~beyond_map))
+    if task.aborted:
+        aborted = aborted_mask(offsets, table.column("producer_id").to_numpy(),
+                               table.column("is_transactional").to_numpy(zero_copy_only=False), control,
+                               task.aborted)
+        keep &= ~aborted
+    return keep, invalid
+
+
+def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap,
+                entries: dict[int, np.ndarray] | None = None) -> GroupResult:
+    """Rewrite one group of segments into ``<first base>.parquet.cleaned`` (fsynced, not yet swapped in)."""
+    base = group[0].base_offset
+    cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
+    if os.path.exists(cleaned):
+        os.unlink(cleaned)
+    writer = SegmentWriter(cleaned, base, task.compression)
+    read = written = invalid = stamped = bytes_read = 0
+    try:
+        for segment in group:
+            table = pq.read_table(segment.path)
+            read += table.num_rows
+            bytes_read += segment.size_bytes
+            keep, dropped_invalid = retain_mask(table, task, offset_map,
+                                                (entries or {}).get(segment.base_offset))
+            invalid += dropped_invalid
+            kept = table.filter(pa.array(keep)) if not keep.all() else table
+            kept, stamped_here = stamp_tombstones(kept, task.now_ms, task.delete_retention_ms)
+            stamped += stamped_here
+            written += kept.num_rows
+            writer.write(kept)
+        sealed = writer.close(group[-1].next_offset)
+    except BaseException:
+        writer.abort()
+        raise
+    return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), read, written,
+                       bytes_read, sealed.meta.size_bytes, invalid, stamped)
+
+
+def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int) -> tuple[pa.Table, int]:
+    """First phase of tombstone removal: a kept tombstone without a horizon gets ``now + delete.retention.ms``."""
+    if table.num_rows == 0:
+        return table, 0
+    horizon = table.column("delete_horizon_ms")
+    unstamped = pc.and_(pc.and_(pc.is_null(table.column("value")), pc.equal(horizon, NO_DELETE_HORIZON)),
+                        pc.equal(table.column("control_type"), CONTROL_NONE))
+    count = pc.sum(unstamped).as_py() or 0
+    if not count:
+        return table, 0
+    stamp = min(now_ms + delete_retention_ms, 2**63 - 1)
+    new_horizon = pc.if_else(unstamped, pa.scalar(stamp, pa.int64()), horizon)
+    index = table.schema.get_field_index("delete_horizon_ms")
+    return table.set_column(index, table.schema.field(index), new_horizon), count

@@ -1,0 +1,497 @@
+"""What to clean and why: the cleaner's planning, as pure functions over frozen values.
+
+It owns the decisions Kafka's ``LogCleanerManager`` and ``UnifiedLog`` make before any record is read: the
+dirty range and ratio of a partition (:func:`cleanable_offsets`, :func:`log_to_clean`), which partitions are
+due and why the others are not (:func:`select_logs`), how a round's segments are packed into cleaned segments
+(:func:`group_segments_by_size`), active-segment rolls (:func:`should_roll`, :func:`idle_roll_due`), which old
+segments retention removes (:func:`retention_deletable`) and the cleaner gauges (:func:`cleaner_metrics`).
+
+Nothing here does I/O or reads a clock: ``now_ms`` is always passed in. Offsets and sizes are Python ints, so
+Kafka's ``Long`` arithmetic is computed exactly (no overflow).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Java Int.MaxValue: a cleaned segment's offsets must be representable relative to its base offset.
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1  # Java Long.MaxValue, the default max.compaction.lag.ms
+
+LIMIT_ACTIVE = "active segment"
+LIMIT_LSO = "last stable offset"
+LIMIT_MIN_LAG = "min.compaction.lag.ms"
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningPolicy:
+    """The topic settings the planner reads (a subset of the topic config, decoupled from its class)."""
+
+    compact: bool
+    delete: bool
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
+    delete_retention_ms: int
+    retention_ms: int
+    retention_bytes: int
+    segment_bytes: int
+
+    @classmethod
+    def from_topic_config(cls, cfg: Any) -> CleaningPolicy:
+        """Read the settings by attribute name from any topic-config object (duck typed)."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)})
+
+    @property
+    def cleanup_policy(self) -> str:
+        """The ``cleanup.policy`` list as Kafka spells it, e.g. ``"compact,delete"``."""
+        return ",".join(name for name, on in (("compact", self.compact), ("delete", self.delete)) if on)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStats:
+    """One segment as the planner sees it.
+
+    ``next_offset`` is one past the offsets the segment covers: the next segment's base offset, or the log end
+    offset for the active segment. ``max_timestamp``/``first_timestamp`` are -1 for an empty segment.
+    ``first_timestamp`` plays Kafka's first-batch timestamp (used by max.compaction.lag.ms and time rolls).
+    """
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    record_count: int
+    max_timestamp: int
+    first_timestamp: int
+    active: bool
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size_bytes == 0 and self.record_count == 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's segments (ascending, the last one active), offsets, cleaner checkpoint and policy."""
+
+    topic: str
+    partition: int
+    segments: tuple[SegmentStats, ...]
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    checkpoint: int | None
+    policy: CleaningPolicy
+    uncleanable_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        # Kafka always has an active segment; the planner relies on it being last and the only active one.
+        if not self.segments or not self.segments[-1].active:
+            raise ValueError(f"{self.topic}-{self.partition}: the last segment must be the active segment")
+        if any(s.active for s in self.segments[:-1]):
+            raise ValueError(f"{self.topic}-{self.partition}: only the last segment may be active")
+        bases = [s.base_offset for s in self.segments]
+        if any(a >= b for a, b in itertools.pairwise(bases)):
+            raise ValueError(f"{self.topic}-{self.partition}: segment base offsets must ascend: {bases}")
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def active(self) -> SegmentStats:
+        return self.segments[-1]
+
+
+# --- Kafka's segment range queries (LogSegments.values / UnifiedLog.nonActiveLogSegmentsFrom) ---------------
+
+
+def _log_segments(
+    segments: Sequence[SegmentStats], from_offset: int, to_offset: int
+) -> tuple[SegmentStats, ...]:
+    """``log.logSegments(from, to)``: the segment containing ``from`` (its floor) through the last one with a
+    base offset below ``to``; empty when ``from == to``; all below ``to`` when ``from`` has no floor."""
+    if to_offset < from_offset:
+        raise ValueError(f"invalid segment range: to {to_offset} < from {from_offset}")
+    if from_offset == to_offset:
+        return ()
+    floor = max(bisect.bisect_right(segments, from_offset, key=lambda s: s.base_offset) - 1, 0)
+    return tuple(s for s in segments[floor:] if s.base_offset < to_offset)
+
+
+def _non_active_from(segments: Sequence[SegmentStats], from_offset: int) -> tuple[SegmentStats, ...]:
+    """``nonActiveLogSegmentsFrom(from)``: empty when ``from`` lies beyond the active segment's base."""
+    active_base = segments[-1].base_offset
+    return () if from_offset > active_base else _log_segments(segments, from_offset, active_base)
+
+
+# --- The dirty range of one partition -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableOffsets:
+    """``cleanableOffsets``: ``[first_dirty_offset, first_uncleanable_offset)`` before segment rounding."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    force_update_checkpoint: bool
+    limited_by: str  # LIMIT_ACTIVE, LIMIT_LSO or LIMIT_MIN_LAG: the bound that set first_uncleanable_offset
+
+
+def cleanable_offsets(state: PartitionState, now_ms: int) -> CleanableOffsets:
+    """The dirty range per Kafka's ``LogCleanerManager.cleanableOffsets`` (§1.3 step 2)."""
+    # The checkpoint is trusted only inside [log start, log end]; otherwise cleaning restarts at the log start
+    # and the corrected checkpoint must be persisted (forceUpdateCheckpoint).
+    checkpoint = state.log_start_offset if state.checkpoint is None else state.checkpoint
+    if checkpoint < state.log_start_offset or checkpoint > state.log_end_offset:
+        first_dirty, force = state.log_start_offset, True
+    else:
+        first_dirty, force = checkpoint, False
+
+    # First uncleanable = min(active base, first min-lag segment, LSO); on ties the first listed names it.
+    bounds: list[tuple[int, str]] = [(state.active.base_offset, LIMIT_ACTIVE)]
+    min_lag = state.policy.min_compaction_lag_ms
+    if min_lag > 0:
+        # The first non-active dirty segment holding a record newer than now - lag, and everything after it,
+        # stay dirty. Kafka falls back to the file mtime for a segment without timestamps; an empty segment
+        # (max_timestamp -1) counts as old enough here.
+        held = next(
+            (s for s in _non_active_from(state.segments, first_dirty) if s.max_timestamp > now_ms - min_lag),
+            None,
+        )
+        if held is not None:
+            bounds.append((held.base_offset, LIMIT_MIN_LAG))
+    # Nothing at or after the last stable offset (open transaction or high watermark) is cleaned.
+    bounds.append((state.last_stable_offset, LIMIT_LSO))
+    bound, limited_by = min(bounds, key=lambda b: b[0])
+    return CleanableOffsets(first_dirty, max(first_dirty, bound), force, limited_by)
+
+
+@dataclass(frozen=True, slots=True)
+class LogToClean:
+    """Kafka's ``LogToClean``: one partition's dirty range (segment aligned) and its dirty ratio."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int  # rounded down to a segment base; may be < first_dirty_offset (no work)
+    clean_bytes: int
+    cleanable_bytes: int
+    total_bytes: int
+    cleanable_ratio: float
+    max_compaction_delay_ms: int
+    need_compaction_now: bool
+    force_update_checkpoint: bool
+    limited_by: str
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+def max_compaction_delay(
+    segments: Sequence[SegmentStats], first_dirty_offset: int, now_ms: int, max_compaction_lag_ms: int
+) -> int:
+    """``maxCompactionDelay`` (§1.3 step 4): how long the oldest dirty non-active segment is overdue, or 0."""
+    firsts = [
+        s.first_timestamp for s in _non_active_from(segments, first_dirty_offset) if s.first_timestamp > 0
+    ]
+    earliest = min(firsts, default=LONG_MAX)
+    # Exact arithmetic: with max lag = Long.MAX_VALUE, clean_until is hugely negative and nothing is ever due.
+    clean_until = now_ms - max(max_compaction_lag_ms, 0)
+    return clean_until - earliest if earliest < clean_until else 0
+
+
+def log_to_clean(state: PartitionState, now_ms: int) -> LogToClean:
+    """Build the ``LogToClean`` of one partition (§1.3 steps 2, 4 and 5)."""
+    offsets = cleanable_offsets(state, now_ms)
+    segments, first_dirty = state.segments, offsets.first_dirty_offset
+    # cleanBytes: segments whose base is below first dirty, i.e. logSegments(-1, firstDirty).
+    clean_bytes = sum(s.size_bytes for s in _log_segments(segments, -1, first_dirty))
+    # calculateCleanableBytes: round the bound down to the base of the non-active segment containing it, or
+    # to the active base; cleanableBytes = logSegments(min(firstDirty, bound), bound). A checkpoint in the
+    # middle of a segment so counts that segment in both clean and cleanable bytes (Kafka quirk, §7.4).
+    containing = _non_active_from(segments, offsets.first_uncleanable_offset)
+    first_uncleanable = containing[0].base_offset if containing else state.active.base_offset
+    cleanable_bytes = sum(
+        s.size_bytes for s in _log_segments(segments, min(first_dirty, first_uncleanable), first_uncleanable)
+    )
+    total = clean_bytes + cleanable_bytes
+    delay = max_compaction_delay(segments, first_dirty, now_ms, state.policy.max_compaction_lag_ms)
+    return LogToClean(
+        topic=state.topic,
+        partition=state.partition,
+        first_dirty_offset=first_dirty,
+        first_uncleanable_offset=first_uncleanable,
+        clean_bytes=clean_bytes,
+        cleanable_bytes=cleanable_bytes,
+        total_bytes=total,
+        cleanable_ratio=cleanable_bytes / total if total > 0 else 0.0,
+        max_compaction_delay_ms=delay,
+        need_compaction_now=delay > 0,
+        force_update_checkpoint=offsets.force_update_checkpoint,
+        limited_by=offsets.limited_by,
+    )
+
+
+# --- Selection ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The outcome of one selection pass over all partitions."""
+
+    to_clean: tuple[LogToClean, ...]  # filthiest first; ties by (topic, partition)
+    skipped: dict[TopicPartition, str]  # every partition not selected, with the reason
+    max_dirty_ratio: float  # max ratio among non-empty candidates (the max-dirty-percent source), 0.0 if none
+    max_compaction_delay_ms: int  # max delay among candidates (PreCleanStats.maxCompactionDelayMs)
+    checkpoint_resets: dict[TopicPartition, int]  # checkpoints to persist now (forceUpdateCheckpoint)
+
+
+def _nothing_cleanable_reason(state: PartitionState, ltc: LogToClean) -> str:
+    first_dirty, bound, base = ltc.first_dirty_offset, ltc.first_uncleanable_offset, state.active.base_offset
+    if bound > first_dirty:  # there are dirty segments, but they hold no bytes
+        return f"nothing cleanable: dirty segments in [{first_dirty}, {bound}) are empty"
+    if ltc.limited_by == LIMIT_MIN_LAG:
+        return f"nothing cleanable: min.compaction.lag.ms holds segment {bound} back"
+    if ltc.limited_by == LIMIT_LSO:
+        lso = state.last_stable_offset
+        if lso <= first_dirty:
+            return (
+                f"nothing cleanable: last stable offset {lso} is at or below first dirty offset {first_dirty}"
+            )
+        return f"nothing cleanable: last stable offset {lso} lies in the first dirty segment (base {bound})"
+    where = "at" if first_dirty == base else "in"
+    return f"nothing cleanable: first dirty offset {first_dirty} is {where} the active segment (base {base})"
+
+
+def select_logs(states: Iterable[PartitionState], now_ms: int, force: bool = False) -> Selection:
+    """``grabFilthiestCompactedLog`` for every partition at once (§1.3, Appendix A.1).
+
+    Candidates: ``compact`` in the policy, not marked uncleanable, ``total_bytes > 0``. Eligible iff
+    ``(need_compaction_now and cleanable_bytes > 0) or cleanable_ratio > min.cleanable.dirty.ratio`` (strictly
+    greater: ratio 1.0 only triggers via max lag, ratio 0 with any cleanable byte). ``force=True`` makes every
+    candidate with ``cleanable_bytes > 0`` eligible (the ratio is ignored; the active segment, min-lag
+    segments and offsets at/after the LSO still are not cleanable).
+
+    Unlike Kafka, which takes one log per grab, all eligible partitions are returned, filthiest first; as in
+    Kafka, logs due by max.compaction.lag.ms get no priority. Checkpoint resets are reported for every
+    candidate whose checkpoint was out of range, selected or not (Kafka rewrites them at once). The caller
+    adopts ``max_compaction_delay_ms`` for its gauge only when something was selected, as Kafka does.
+    """
+    chosen: list[LogToClean] = []
+    skipped: dict[TopicPartition, str] = {}
+    resets: dict[TopicPartition, int] = {}
+    max_ratio, max_delay = 0.0, 0
+    for state in states:
+        policy = state.policy
+        if not policy.compact:
+            skipped[state.key] = f"not compacted (cleanup.policy={policy.cleanup_policy or '<empty>'})"
+            continue
+        if state.uncleanable_reason is not None:
+            skipped[state.key] = f"uncleanable: {state.uncleanable_reason}"
+            continue
+        ltc = log_to_clean(state, now_ms)
+        if ltc.force_update_checkpoint:
+            resets[state.key] = ltc.first_dirty_offset
+        max_delay = max(max_delay, ltc.max_compaction_delay_ms)
+        if ltc.total_bytes == 0:  # Kafka drops these from the candidates (and from max-dirty-percent)
+            empty = all(s.size_bytes == 0 for s in state.segments)
+            skipped[state.key] = "empty log" if empty else _nothing_cleanable_reason(state, ltc)
+            continue
+        max_ratio = max(max_ratio, ltc.cleanable_ratio)
+        if ltc.cleanable_bytes == 0:
+            skipped[state.key] = _nothing_cleanable_reason(state, ltc)
+        elif force or ltc.need_compaction_now or ltc.cleanable_ratio > policy.min_cleanable_dirty_ratio:
+            chosen.append(ltc)
+        else:
+            skipped[state.key] = (
+                f"dirty ratio {ltc.cleanable_ratio:.2f} <= min.cleanable.dirty.ratio "
+                f"{policy.min_cleanable_dirty_ratio:.2f}"
+            )
+    chosen.sort(key=lambda c: (-c.cleanable_ratio, c.topic, c.partition))
+    return Selection(tuple(chosen), skipped, max_ratio, max_delay, resets)
+
+
+# --- Grouping segments into cleaned segments ----------------------------------------------------------------
+
+
+def group_segments_by_size(
+    segments: Sequence[SegmentStats], max_size: int, first_uncleanable_offset: int
+) -> list[list[SegmentStats]]:
+    """``groupSegmentsBySize`` (§1.6) without the index-size checks (we keep no index files).
+
+    Greedy, in order: a segment joins the current group while the group's bytes plus its bytes stay
+    ``<= max_size`` (segment.bytes) and either it is empty (Kafka: "avoid empty log left every 2^31
+    message") or its estimated last offset minus the group's base offset is ``<= Int.MaxValue``. The estimate
+    is the following segment's base - 1, or ``first_uncleanable_offset - 1`` for the last segment in the list.
+    Kafka compares with ``group.last`` of a list built by prepending, i.e. the group's *first* segment, whose
+    base becomes the cleaned segment's base offset.
+    """
+    groups: list[list[SegmentStats]] = []
+    i, n = 0, len(segments)
+    while i < n:
+        group = [segments[i]]
+        group_bytes = segments[i].size_bytes
+        i += 1
+        while i < n:
+            nxt = segments[i]
+            estimated_last = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
+            fits = group_bytes + nxt.size_bytes <= max_size
+            in_range = nxt.size_bytes == 0 or estimated_last - group[0].base_offset <= INT_MAX
+            if not (fits and in_range):
+                break
+            group.append(nxt)
+            group_bytes += nxt.size_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# --- Rolling the active segment -----------------------------------------------------------------------------
+
+
+def effective_roll_ms(segment_ms: int, *, compact: bool, max_compaction_lag_ms: int) -> int:
+    """Kafka's ``maxSegmentMs``: ``min(segment.ms, max.compaction.lag.ms)`` for compacted topics with max lag
+    > 0, so that max lag can force a roll (the cleaner never cleans the active segment)."""
+    if compact and max_compaction_lag_ms > 0:
+        return min(segment_ms, max_compaction_lag_ms)
+    return segment_ms
+
+
+def should_roll(
+    active: SegmentStats, incoming_bytes: int, now_ms: int, *, segment_bytes: int, roll_ms: int
+) -> str | None:
+    """Whether appending ``incoming_bytes`` must first roll the active segment (``LogSegment.shouldRoll``,
+    size and time rules; an empty segment never rolls). Returns the reason, or None.
+
+    Kafka measures the age from the segment's first-batch timestamp to the incoming batch's max timestamp;
+    pass that as ``now_ms`` to match exactly. A segment without a first timestamp (-1) never rolls by time.
+    """
+    if active.is_empty:
+        return None
+    if active.size_bytes + incoming_bytes > segment_bytes:
+        return f"segment.bytes: {active.size_bytes} + {incoming_bytes} bytes > {segment_bytes}"
+    if active.first_timestamp >= 0 and now_ms - active.first_timestamp > roll_ms:
+        return f"segment.ms: first record is {now_ms - active.first_timestamp} ms old > {roll_ms} ms"
+    return None
+
+
+def idle_roll_due(active: SegmentStats, now_ms: int, max_compaction_lag_ms: int) -> bool:
+    """The cleaner's rule for an idle partition: roll a non-empty active segment whose first record is older
+    than max.compaction.lag.ms, so it becomes cleanable (Kafka only rolls on append, §7.4)."""
+    return (
+        not active.is_empty
+        and active.first_timestamp >= 0
+        and now_ms - active.first_timestamp > max_compaction_lag_ms
+    )
+
+
+# --- Retention ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPlan:
+    """Segments retention deletes (oldest first), the resulting log start offset and why each goes."""
+
+    segments: tuple[SegmentStats, ...]
+    new_log_start_offset: int
+    reason: dict[int, str]  # base offset -> rule
+
+
+def retention_deletable(state: PartitionState, now_ms: int) -> RetentionPlan:
+    """``UnifiedLog.deleteOldSegments`` (§1.2 step 2, §2.1 "Deletion eligibility for retention").
+
+    Walk oldest first and stop at the first segment no rule matches. Rules, in Kafka's order: wholly below
+    the log start offset (always); with ``delete`` in the policy also retention.bytes (``diff = size -
+    limit``; delete while ``diff - segment.size >= 0``, reducing diff; off when the limit is negative) and
+    retention.ms (``now - max_timestamp > retention.ms``, off when negative; an empty segment, max_timestamp
+    -1, never expires). Kafka runs the rules as successive walks over the remaining log; one walk that reduces
+    ``diff`` by every deleted segment is equivalent. Never the active segment, and only segments whose
+    ``next_offset`` is at most the last stable offset (mirroring Kafka's high-watermark bound).
+    """
+    policy = state.policy
+    total = sum(s.size_bytes for s in state.segments)
+    diff = total - policy.retention_bytes if policy.delete and policy.retention_bytes >= 0 else None
+    deleted: list[SegmentStats] = []
+    reason: dict[int, str] = {}
+    for seg in state.segments:
+        if seg.active or seg.next_offset > state.last_stable_offset:
+            break
+        why: str | None = None
+        if seg.next_offset <= state.log_start_offset:
+            why = f"below log start offset {state.log_start_offset}"
+        elif diff is not None and diff - seg.size_bytes >= 0:
+            why = f"retention.bytes {policy.retention_bytes} exceeded by {diff} bytes"
+        elif (
+            policy.delete
+            and policy.retention_ms >= 0
+            and seg.max_timestamp >= 0
+            and now_ms - seg.max_timestamp > policy.retention_ms
+        ):
+            age = now_ms - seg.max_timestamp
+            why = f"retention.ms {policy.retention_ms} exceeded (newest record {age} ms old)"
+        if why is None:
+            break
+        if diff is not None:
+            diff -= seg.size_bytes
+        deleted.append(seg)
+        reason[seg.base_offset] = why
+    new_start = max(state.log_start_offset, deleted[-1].next_offset) if deleted else state.log_start_offset
+    return RetentionPlan(tuple(deleted), new_start, reason)
+
+
+# --- Metrics ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStats:
+    """Statistics of one completed cleaning round (Kafka's ``CleanerStats``, the fields the gauges need)."""
+
+    records_read: int = 0
+    records_written: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    invalid_records: int = 0  # keyless records dropped
+    map_utilization: float = 0.0  # offset-map entries / slots, 0..1
+    start_ms: int = 0
+    end_ms: int = 0
+
+    @property
+    def elapsed_ms(self) -> int:
+        return self.end_ms - self.start_ms
+
+
+def cleaner_metrics(
+    last_stats: Sequence[CleanerStats],
+    selection_max_dirty_ratio: float,
+    selection_max_delay_ms: int,
+    uncleanable: Mapping[TopicPartition, int],
+    now_ms: int,
+    last_run_ms: int | None,
+) -> dict[str, int | float]:
+    """Kafka's cleaner gauges (§5) from each worker's last completed round and the last selection.
+
+    ``uncleanable`` maps each uncleanable partition to its stuck cleanable bytes.
+    ``max-buffer-utilization-percent`` is the real percentage (Kafka before KAFKA-18597 truncated the ratio to
+    an int first and read 0); like the Scala ``maxOverCleanerThreads``, maxima fold from 0.
+    """
+    read = sum(s.bytes_read for s in last_stats)
+    written = sum(s.bytes_written for s in last_stats)
+    return {
+        "max-dirty-percent": int(100 * selection_max_dirty_ratio),
+        "max-compaction-delay-secs": max(selection_max_delay_ms, 0) // 1000,
+        "cleaner-recopy-percent": int(100 * (written / max(read, 1))),
+        "max-buffer-utilization-percent": int(max([0.0, *(s.map_utilization for s in last_stats)]) * 100),
+        "max-clean-time-secs": max([0, *(s.elapsed_ms // 1000 for s in last_stats)]),
+        "time-since-last-run-ms": now_ms - last_run_ms if last_run_ms is not None else 0,
+        "uncleanable-partitions-count": len(uncleanable),
+        "uncleanable-bytes": sum(uncleanable.values()),
+    }

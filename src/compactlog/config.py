@@ -1,0 +1,485 @@
+"""Every configuration compactlog reads: topic configs, the broker (data-directory) config, producer configs.
+
+Each config is declared once, as a :class:`ConfigDef` in ``TOPIC_CONFIGS``, ``BROKER_CONFIGS`` or
+``PRODUCER_CONFIGS``; parsing, range checks, error messages, dataclass defaults, broker synonyms and
+:func:`describe_configs` derive from those entries. Names, defaults and bounds are Kafka's (``LogConfig``,
+``ServerTopicConfigSynonyms``, ``CleanerConfig``, ``ProducerConfig``), with deviations noted inline. The
+dataclasses spell out their fields for type checkers; an import-time check keeps them equal to the tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import numbers
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
+
+from compactlog.errors import ConfigError
+
+__all__ = [
+    "BROKER_CONFIGS", "PRODUCER_CONFIGS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigDef", "ProducerConfig",
+    "Synonym", "TopicConfig", "alter", "describe_configs", "load_broker_config", "parse_properties",
+    "producer_config", "topic_config",
+]
+
+Kind = Literal["int", "long", "double", "boolean", "string", "list"]
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+# Java's int and long ranges bound every integer config, as ConfigDef's INT and LONG types do.
+_TYPE_BOUNDS: dict[str, tuple[float, float]] = {
+    "int": (-(2**31), INT_MAX), "long": (-(2**63), LONG_MAX), "double": (-math.inf, math.inf)}
+# Kafka parses with Integer.parseInt / Long.parseLong / Double.parseDouble: no "1.5" for a LONG, no "1_000".
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+class Synonym(NamedTuple):
+    """A broker config that supplies a topic config's default (``ServerTopicConfigSynonyms``); ``scale``
+    converts its unit to the topic's (``log.roll.hours``: 3600000). All but a config's last synonym are unset
+    by default, and then defer to the next one (``log.retention.ms`` > ``.minutes`` > ``.hours``)."""
+
+    name: str
+    scale: int = 1
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One config: Kafka name, type, default, doc, allowed values, broker synonyms (highest precedence first).
+
+    Numbers lie in ``[low, high]`` (``(low, high]`` if ``low_open``) and in the Java type's range; ``choices``
+    restricts strings and list elements. ``attr`` is the Python attribute name."""
+
+    name: str
+    kind: Kind
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+    synonyms: tuple[Synonym, ...] = ()
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+    def _bounds(self) -> tuple[Any, Any]:
+        type_low, type_high = _TYPE_BOUNDS[self.kind]
+        low = type_low if self.low is None else max(type_low, self.low)
+        return low, type_high if self.high is None else min(type_high, self.high)
+
+    def allowed(self) -> str:
+        """The allowed values in words, as every error message about this config states them."""
+        low, high = self._bounds() if self.kind in _TYPE_BOUNDS else (None, None)
+        text = {
+            "list": "a non-empty comma-separated list of " + ", ".join(self.choices),
+            "string": "one of " + ", ".join(self.choices) if self.choices else "a non-empty string",
+            "boolean": "true or false",
+            "double": f"a number in {'(' if self.low_open else '['}{float(low or 0)}, {float(high or 0)}]",
+        }.get(self.kind, f"an integer in [{low}, {high}]")
+        return text + (" or null" if self.nullable else "")
+
+    def _error(self, value: object, problem: str) -> ConfigError:
+        return ConfigError(f"{self.name}: {value!r} {problem}; allowed: {self.allowed()}")
+
+    def parse(self, value: object) -> Any:
+        """A native value or a Kafka CLI string ("1000", "0.5", "compact,delete") as this config's value."""
+        if value is None and self.nullable:
+            return None
+        text = value.strip() if isinstance(value, str) else None  # Kafka trims values
+        if self.kind == "list":
+            return self._parse_list(value)
+        if self.kind == "boolean":  # "true"/"false" in any case, as Kafka; 1 is not a boolean
+            if text is not None and text.lower() in ("true", "false"):
+                return text.lower() == "true"
+            if isinstance(value, bool):
+                return value
+            raise self._error(value, "is not a boolean")
+        if self.kind == "string":  # choices are case-sensitive, as ConfigDef.ValidString
+            if not text or (self.choices and text not in self.choices):
+                raise self._error(value, "is not allowed")
+            return text
+        # Numbers. bool is an int subclass, but True is no segment size; a float is no integer even when
+        # integral, and "1_000" no number, as Java's Long.parseLong and Double.parseDouble have it.
+        integral = self.kind != "double"
+        number: float
+        if text is not None and (_INT_RE if integral else _FLOAT_RE).fullmatch(text):
+            number = int(text) if integral else float(text)
+        elif integral and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            number = int(value)
+        elif not integral and isinstance(value, numbers.Real) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            raise self._error(value, "is not an integer" if integral else "is not a number")
+        low, high = self._bounds()
+        above_low = low < number if self.low_open else low <= number
+        if not (above_low and number <= high and math.isfinite(number)):
+            raise self._error(number, "is out of range")
+        return number
+
+    def _parse_list(self, value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            items = value.split(",") if value.strip() else []
+        elif isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+            items = list(value)
+        else:
+            raise self._error(value, "is not a list of strings")
+        parsed: list[str] = []
+        for item in (item.strip() for item in items):
+            if self.choices and item not in self.choices:  # case-sensitive, as Kafka's validator
+                raise self._error(item, "is not allowed")
+            if item not in parsed:  # "compact,compact" means "compact"
+                parsed.append(item)
+        # Kafka lets an empty cleanup.policy through (a log neither deleted nor compacted); we refuse it.
+        if not parsed:
+            raise self._error(value, "is an empty list")
+        return tuple(parsed)
+
+    def render(self, value: Any) -> Any:  # as a properties map holds it: lists comma-joined
+        return ",".join(value) if self.kind == "list" else value
+
+
+_HOUR, _MINUTE = 3_600_000, 60_000  # ms
+
+TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef("cleanup.policy", "list", ("delete",), "delete: retention drops old segments; compact: keep "
+              "the last record per key.", choices=("delete", "compact"),
+              synonyms=(Synonym("log.cleanup.policy"),)),
+    # Kafka 4.x raised the minimum to 1 MiB; the classic bound of 14 bytes lets tests use tiny segments.
+    ConfigDef("segment.bytes", "int", 1_073_741_824, "Roll the active segment at this size; also the "
+              "largest cleaner group.", low=14, high=INT_MAX, synonyms=(Synonym("log.segment.bytes"),)),
+    ConfigDef("segment.ms", "long", 604_800_000, "Roll the active segment after this long.", low=1,
+              synonyms=(Synonym("log.roll.ms"), Synonym("log.roll.hours", _HOUR))),
+    ConfigDef("min.cleanable.dirty.ratio", "double", 0.5, "A log is cleanable when dirty bytes exceed this "
+              "share of cleanable bytes.", low=0, high=1,
+              synonyms=(Synonym("log.cleaner.min.cleanable.ratio"),)),
+    ConfigDef("min.compaction.lag.ms", "long", 0, "Records younger than this are never compacted.", low=0,
+              synonyms=(Synonym("log.cleaner.min.compaction.lag.ms"),)),
+    ConfigDef("max.compaction.lag.ms", "long", LONG_MAX, "A dirty record older than this makes the log "
+              "cleanable whatever its ratio.", low=1,
+              synonyms=(Synonym("log.cleaner.max.compaction.lag.ms"),)),
+    ConfigDef("delete.retention.ms", "long", 86_400_000, "How long tombstones and transaction markers "
+              "outlive the cleaning that first sees them.", low=0,
+              synonyms=(Synonym("log.cleaner.delete.retention.ms"),)),
+    ConfigDef("retention.ms", "long", 604_800_000, "With the delete policy, drop segments older than "
+              "this; -1 means unlimited.", low=-1, synonyms=(Synonym("log.retention.ms"),
+              Synonym("log.retention.minutes", _MINUTE), Synonym("log.retention.hours", _HOUR))),
+    ConfigDef("retention.bytes", "long", -1, "With the delete policy, drop the oldest segments beyond "
+              "this size; negative means unlimited.", synonyms=(Synonym("log.retention.bytes"),)),
+    ConfigDef("max.message.bytes", "int", 1_048_588, "The largest record batch the log accepts.", low=0,
+              synonyms=(Synonym("message.max.bytes"),)),
+    ConfigDef("file.delete.delay.ms", "long", 60_000, "How long replaced segment files wait, renamed "
+              ".deleted, before removal.", low=0, synonyms=(Synonym("log.segment.delete.delay.ms"),)),
+    ConfigDef("message.timestamp.type", "string", "CreateTime", "Record timestamps: the producer's "
+              "(CreateTime) or the append time (LogAppendTime).", choices=("CreateTime", "LogAppendTime"),
+              synonyms=(Synonym("log.message.timestamp.type"),)),
+    ConfigDef("compression.type", "string", "producer", "Codec of sealed Parquet segments; producer "
+              "means snappy, uncompressed none.", synonyms=(Synonym("compression.type"),),
+              choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+)
+
+# Kafka's compression.type -> the pyarrow codec of sealed Parquet segments; we keep no producer
+# batches, so "producer" means snappy, Parquet's usual default.
+_PARQUET_CODECS = {"producer": "snappy", "uncompressed": "none", "zstd": "zstd", "lz4": "lz4",
+                   "snappy": "snappy", "gzip": "gzip"}
+# Pairs (a, b) of topic configs that must satisfy a <= b (LogConfig.validateValues).
+_ORDERED = (("min.compaction.lag.ms", "max.compaction.lag.ms"),)
+
+
+def _synonym_def(topic: ConfigDef, syn: Synonym) -> ConfigDef:
+    """The broker config a synonym declares: the topic config's rules, in the synonym's unit."""
+    unit = {1: "", _HOUR: ", in hours", _MINUTE: ", in minutes"}[syn.scale]
+    doc = f"Default for the topic config {topic.name}{unit}."
+    nullable = syn != topic.synonyms[-1]
+    if syn.scale == 1:
+        return dataclasses.replace(topic, name=syn.name, default=None if nullable else topic.default, doc=doc,
+                                   nullable=nullable, synonyms=())
+    # Hours and minutes are Java ints; a positive lower bound rounds up (1 ms -> 1 hour), -1 stays -1.
+    low = topic.low if topic.low is None or topic.low <= 0 else -(-int(topic.low) // syn.scale)
+    default = None if nullable else topic.default // syn.scale
+    return ConfigDef(syn.name, "int", default, doc, low=low, nullable=nullable)
+
+
+BROKER_CONFIGS: tuple[ConfigDef, ...] = (
+    *(_synonym_def(topic, syn) for topic in TOPIC_CONFIGS for syn in topic.synonyms),
+    ConfigDef("log.cleaner.enable", "boolean", True,
+              "Run the cleaner; when false, compacted logs are neither compacted nor retention-cleaned."),
+    # Kafka's definition allows 0 threads, but a broker then fails to start.
+    ConfigDef("log.cleaner.threads", "int", 1, "Number of cleaner threads.", low=1),
+    # Kafka requires 1 MiB per thread; 1 KiB lets tests force multi-pass cleaning with tiny maps.
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134_217_728,
+              "Memory for the key -> offset maps of all cleaner threads together.", low=1024),
+    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9,
+              "Fill limit of a key -> offset map, as a fraction of its slots.", low=0, high=1, low_open=True),
+    ConfigDef("log.cleaner.io.buffer.size", "int", 524_288, "I/O buffers of all cleaner threads.", low=0),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0),
+    ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
+              "Producers idle this long, outside a transaction, are forgotten.", low=1),
+    ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction timeout.", low=1),
+)
+
+PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef("batch.size", "int", 16_384, "Target batch size in bytes.", low=0),
+    ConfigDef("linger.ms", "long", 5, "How long a batch waits for more records (Kafka 4.0 default).", low=0),
+    ConfigDef("transactional.id", "string", None, "Enables transactions; unset means none.", nullable=True),
+    ConfigDef("transaction.timeout.ms", "int", 60_000, "Abort a transaction left open this long.", low=1),
+    ConfigDef("enable.idempotence", "boolean", True, "Number batches so that retries are not duplicated."),
+)
+
+_BY_NAME: dict[str, dict[str, ConfigDef]] = {
+    scope: {d.name: d for d in defs}
+    for scope, defs in (("topic", TOPIC_CONFIGS), ("broker", BROKER_CONFIGS), ("producer", PRODUCER_CONFIGS))
+}
+
+
+def _default(scope: str, name: str) -> Any:
+    return _BY_NAME[scope][name].default
+
+
+def _lookup(scope: str, name: object) -> ConfigDef:
+    defs = _BY_NAME[scope]
+    if isinstance(name, str) and name in defs:
+        return defs[name]
+    close = difflib.get_close_matches(str(name), defs, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    raise ConfigError(f"unknown {scope} config {name!r}{hint}; known: {', '.join(defs)}")
+
+
+def _check_order(values: Mapping[str, Any], names: Mapping[str, str]) -> None:
+    for low, high in _ORDERED:
+        if values[low] > values[high]:
+            raise ConfigError(f"{names[low]} ({values[low]}) must be <= {names[high]} ({values[high]}); "
+                              f"allowed: {names[low]} in [0, {names[high]}]")
+
+
+_C = TypeVar("_C", bound="_Config")
+
+
+class _Config:
+    """What the config dataclasses share: validation on construction, access by Kafka name."""
+
+    _SCOPE: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        # Every construction (direct, from_properties, alter) normalizes and validates every field.
+        for d in _BY_NAME[self._SCOPE].values():
+            object.__setattr__(self, d.attr, d.parse(getattr(self, d.attr)))
+        self._cross_check()
+
+    def _cross_check(self) -> None:
+        pass
+
+    def _apply(self, changes: Mapping[str, object], reset: Any) -> Any:
+        """A copy with ``changes`` (Kafka names) parsed in; a None value takes the value of ``reset``."""
+        kwargs = {d.attr: getattr(self, d.attr) for d in _BY_NAME[self._SCOPE].values()}
+        for name, value in changes.items():
+            d = _lookup(self._SCOPE, name)
+            kwargs[d.attr] = getattr(reset, d.attr) if value is None else d.parse(value)
+        return type(self)(**kwargs)
+
+    @classmethod
+    def from_properties(cls: type[_C], props: Mapping[str, object]) -> _C:
+        """A config from Kafka-named values (native or strings); missing keys take their defaults."""
+        default = cls()
+        return default._apply(props, default)
+
+    def get(self, name: str) -> Any:
+        """The value of a config by its Kafka name."""
+        return getattr(self, _lookup(self._SCOPE, name).attr)
+
+    def to_properties(self) -> dict[str, str | int | float]:
+        """Every config by Kafka name (unset nullable ones left out); from_properties reads it back."""
+        values = ((d, getattr(self, d.attr)) for d in _BY_NAME[self._SCOPE].values())
+        return {d.name: d.render(value) for d, value in values if value is not None}
+
+
+@dataclass(frozen=True)
+class TopicConfig(_Config):
+    """The configs of one topic; attributes are the Kafka names with dots replaced by underscores."""
+
+    _SCOPE: ClassVar[str] = "topic"
+
+    cleanup_policy: tuple[str, ...] = _default("topic", "cleanup.policy")
+    segment_bytes: int = _default("topic", "segment.bytes")
+    segment_ms: int = _default("topic", "segment.ms")
+    min_cleanable_dirty_ratio: float = _default("topic", "min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("topic", "min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("topic", "max.compaction.lag.ms")
+    delete_retention_ms: int = _default("topic", "delete.retention.ms")
+    retention_ms: int = _default("topic", "retention.ms")
+    retention_bytes: int = _default("topic", "retention.bytes")
+    max_message_bytes: int = _default("topic", "max.message.bytes")
+    file_delete_delay_ms: int = _default("topic", "file.delete.delay.ms")
+    message_timestamp_type: str = _default("topic", "message.timestamp.type")
+    compression_type: str = _default("topic", "compression.type")
+
+    def _cross_check(self) -> None:
+        _check_order(self.to_properties(), {name: name for name in _BY_NAME["topic"]})
+
+    @property
+    def compact(self) -> bool:
+        """The cleaner compacts this log (and, with ``delete`` as well, applies retention)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention (``retention.ms``, ``retention.bytes``) deletes old segments."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """The effective roll time: a compacted log also rolls by max.compaction.lag.ms (KIP-354)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
+
+    @property
+    def parquet_compression(self) -> str:
+        """The pyarrow codec of sealed Parquet segments, or "none"."""
+        return _PARQUET_CODECS[self.compression_type]
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object], broker: BrokerConfig | None = None) -> TopicConfig:
+        """A topic config from Kafka-named values (native or strings); missing keys take broker defaults."""
+        return topic_config(props, broker)
+
+
+@dataclass(frozen=True)
+class BrokerConfig(_Config):
+    """The data-directory config (``server.properties``): topic defaults and cleaner settings."""
+
+    _SCOPE: ClassVar[str] = "broker"
+
+    log_cleanup_policy: tuple[str, ...] = _default("broker", "log.cleanup.policy")
+    log_segment_bytes: int = _default("broker", "log.segment.bytes")
+    log_roll_ms: int | None = _default("broker", "log.roll.ms")
+    log_roll_hours: int = _default("broker", "log.roll.hours")
+    log_cleaner_min_cleanable_ratio: float = _default("broker", "log.cleaner.min.cleanable.ratio")
+    log_cleaner_min_compaction_lag_ms: int = _default("broker", "log.cleaner.min.compaction.lag.ms")
+    log_cleaner_max_compaction_lag_ms: int = _default("broker", "log.cleaner.max.compaction.lag.ms")
+    log_cleaner_delete_retention_ms: int = _default("broker", "log.cleaner.delete.retention.ms")
+    log_retention_ms: int | None = _default("broker", "log.retention.ms")
+    log_retention_minutes: int | None = _default("broker", "log.retention.minutes")
+    log_retention_hours: int = _default("broker", "log.retention.hours")
+    log_retention_bytes: int = _default("broker", "log.retention.bytes")
+    message_max_bytes: int = _default("broker", "message.max.bytes")
+    log_segment_delete_delay_ms: int = _default("broker", "log.segment.delete.delay.ms")
+    log_message_timestamp_type: str = _default("broker", "log.message.timestamp.type")
+    compression_type: str = _default("broker", "compression.type")
+    log_cleaner_enable: bool = _default("broker", "log.cleaner.enable")
+    log_cleaner_threads: int = _default("broker", "log.cleaner.threads")
+    log_cleaner_dedupe_buffer_size: int = _default("broker", "log.cleaner.dedupe.buffer.size")
+    log_cleaner_io_buffer_load_factor: float = _default("broker", "log.cleaner.io.buffer.load.factor")
+    log_cleaner_io_buffer_size: int = _default("broker", "log.cleaner.io.buffer.size")
+    log_cleaner_backoff_ms: int = _default("broker", "log.cleaner.backoff.ms")
+    producer_id_expiration_ms: int = _default("broker", "producer.id.expiration.ms")
+    transaction_max_timeout_ms: int = _default("broker", "transaction.max.timeout.ms")
+
+    def _cross_check(self) -> None:
+        _check_order(self._resolve(), {d.name: d.synonyms[0].name for d in TOPIC_CONFIGS})
+
+    def _resolve(self) -> dict[str, Any]:
+        """Topic defaults by topic config name; the first synonym that is set wins (ms > minutes > hours)."""
+        resolved: dict[str, Any] = {}
+        for topic in TOPIC_CONFIGS:
+            value, syn = next((getattr(self, s.name.replace(".", "_")), s) for s in topic.synonyms
+                              if getattr(self, s.name.replace(".", "_")) is not None)
+            # A negative retention in any unit means unlimited (KafkaConfig.logRetentionTimeMillis).
+            resolved[topic.name] = -1 if syn.scale > 1 and value < 0 else value * syn.scale
+        return resolved
+
+    def topic_defaults(self) -> TopicConfig:
+        """The config of a topic with no overrides."""
+        return TopicConfig(**{_BY_NAME["topic"][name].attr: value for name, value in self._resolve().items()})
+
+
+@dataclass(frozen=True)
+class ProducerConfig(_Config):
+    """The configs of one producer."""
+
+    _SCOPE: ClassVar[str] = "producer"
+
+    batch_size: int = _default("producer", "batch.size")
+    linger_ms: int = _default("producer", "linger.ms")
+    transactional_id: str | None = _default("producer", "transactional.id")
+    transaction_timeout_ms: int = _default("producer", "transaction.timeout.ms")
+    enable_idempotence: bool = _default("producer", "enable.idempotence")
+
+    def _cross_check(self) -> None:
+        # Kafka: "Cannot set a transactional.id without also enabling idempotence."
+        if self.transactional_id is not None and not self.enable_idempotence:
+            raise ConfigError(f"enable.idempotence: False with transactional.id {self.transactional_id!r}; "
+                              "allowed: true whenever transactional.id is set")
+
+
+# The tables are the single source of truth: a field that is not in its table (or the reverse) fails import.
+for _cls in (TopicConfig, BrokerConfig, ProducerConfig):
+    if [f.name for f in dataclasses.fields(_cls)] != [d.attr for d in _BY_NAME[_cls._SCOPE].values()]:
+        raise RuntimeError(f"{_cls.__name__}'s fields do not match its config table")
+
+
+def topic_config(overrides: Mapping[str, object], broker: BrokerConfig | None = None) -> TopicConfig:
+    """The broker's topic defaults (Kafka's without ``broker``) with ``overrides`` (Kafka names) applied.
+
+    Values are native or strings as Kafka's CLI gives them ("1000", "0.5", "compact,delete"); None = default.
+    """
+    defaults = (broker or BrokerConfig()).topic_defaults()
+    return defaults._apply(overrides, defaults)
+
+
+def alter(config: TopicConfig, changes: Mapping[str, object],
+          broker: BrokerConfig | None = None) -> TopicConfig:
+    """``config`` with ``changes`` applied and revalidated; None resets a key to the broker's default."""
+    return config._apply(changes, (broker or BrokerConfig()).topic_defaults())
+
+
+def producer_config(overrides: Mapping[str, object] | None = None) -> ProducerConfig:
+    """A producer's config: Kafka's defaults with ``overrides`` (Kafka names, native or strings) applied."""
+    default = ProducerConfig()
+    return default._apply(overrides or {}, default)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties`` lines ``key=value``, ``key: value`` or ``key value`` (trimmed) as a dict.
+
+    ``#``/``!`` start comments; a line ending in an odd number of backslashes continues on the next; the last
+    of repeated keys wins (as java.util.Properties). Backslash escapes are not decoded.
+    """
+    props: dict[str, str] = {}
+    lines = iter(text.splitlines())
+    for raw in lines:
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
+            line = line[:-1] + next(lines, "").strip()
+        key, value = re.fullmatch(r"([^=:\s]*)\s*[=:]?(.*)", line).groups()  # type: ignore[union-attr]
+        props[key] = value.strip()
+    return props
+
+
+def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
+    """The config of a data directory: ``<data_dir>/server.properties``, or the defaults if it is absent."""
+    path = Path(data_dir) / "server.properties"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return BrokerConfig()
+    try:
+        return BrokerConfig.from_properties(parse_properties(text))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def describe_configs(
+        scope: Literal["topic", "broker", "producer"] = "topic") -> list[tuple[str, str, str, str]]:
+    """(name, type, default, doc) of every config of ``scope``, defaults written as Kafka shows them."""
+    kafka_words = {"None": "null", "True": "true", "False": "false"}  # how Kafka writes these defaults
+    return [(d.name, d.kind, kafka_words.get(str(d.default), str(d.render(d.default))), d.doc)
+            for d in _BY_NAME[scope].values()]

@@ -1,0 +1,75 @@
+"""Every error compactlog raises on purpose.
+
+One root, :class:`CompactLogError`; each failure a user can act on has its own subclass.
+Errors that wrap a lower-level failure are raised ``from`` it.
+"""
+
+from __future__ import annotations
+
+
+class CompactLogError(Exception):
+    """Root of every error compactlog raises on purpose."""
+
+
+class ConfigError(CompactLogError, ValueError):
+    """An unknown config key, a value of the wrong type, or a value out of range."""
+
+
+class InvalidTopicError(CompactLogError, ValueError):
+    """A topic name that breaks Kafka's rules (``[a-zA-Z0-9._-]``, 1..249 chars, not ``.``/``..``)."""
+
+
+class TopicExistsError(CompactLogError):
+    """create_topic on a topic that already exists."""
+
+
+class UnknownTopicOrPartitionError(CompactLogError, KeyError):
+    """A topic that does not exist, or a partition number outside the topic."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class OffsetOutOfRangeError(CompactLogError):
+    """A read below the log start offset or past the log end offset."""
+
+
+class InvalidRecordError(CompactLogError, ValueError):
+    """A record the log refuses: a keyless record for a compacted topic, a key or value that is not bytes,
+    a malformed bulk table."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A record larger than the topic's ``max.message.bytes``."""
+
+
+class CorruptSegmentError(CompactLogError):
+    """A segment whose contents do not match its checksums or its metadata."""
+
+
+class StoreClosedError(CompactLogError):
+    """An operation on a store or producer that was closed."""
+
+
+class CheckpointError(CompactLogError):
+    """A malformed cleaner-offset-checkpoint file."""
+
+
+class CleanerError(CompactLogError):
+    """A cleaning round failed; the partition is marked uncleanable with this reason and retried later."""
+
+
+class ProducerFencedError(CompactLogError):
+    """A producer whose transactional id was taken over by a newer instance (higher epoch)."""
+
+
+class InvalidTxnStateError(CompactLogError):
+    """A transactional call out of order: commit without begin, send outside a transaction, ..."""
+
+
+class OutOfOrderSequenceError(CompactLogError):
+    """An idempotent producer's batch whose sequence does not follow the last one appended."""
+
+
+class ExecutorError(CompactLogError):
+    """The Spark executor could not run a task (for example, an executor cannot see the data directory)."""

@@ -1,0 +1,453 @@
+"""One partition's log: its segment set, append, roll, read, retention and crash recovery.
+
+The partition directory ``<data-dir>/<topic>-<partition>/`` holds the sealed Parquet segments and exactly
+one active segment (see :mod:`compactlog.segment` for the file formats). The log end offset is the active
+segment's next offset; the log start offset is the first segment's base offset.
+
+Concurrency: every change to the directory (append, roll, retention, the cleaner's swap) happens under the
+partition lock: a thread lock plus an exclusive ``flock`` on ``<partition-dir>/.lock``, so several processes
+can produce to one partition. Each process re-reads the directory when it takes the lock (another process
+may have appended, rolled or swapped). Readers take the lock only to snapshot the segment list and then
+read files without it; a file that vanished under them (rolled or replaced) makes them re-snapshot.
+
+Crash points and their recovery (``_recover``, run when the log is opened):
+
+* torn or corrupt tail of the active segment: truncated at the last whole, checksummed frame;
+* roll: ``<base>.parquet.sealing`` is written and fsynced, renamed to ``<base>.parquet``, the next
+  ``.log`` created, the old ``.log`` removed. A leftover ``.sealing`` file is deleted (the ``.log`` still
+  holds the data); a ``.log`` beside a ``.parquet`` of the same base is deleted (the roll completed);
+  an older ``.log`` without its ``.parquet`` is sealed again;
+* the cleaner's swap (``.cleaned`` -> ``.swap`` -> live, old files -> ``.deleted``): as Kafka's loader,
+  ``.swap`` files at or above the lowest ``.cleaned`` offset and every ``.cleaned`` file are deleted (the
+  swap had not started), the remaining ``.swap`` files replace the segments in their offset range (the
+  swap had started, so it is completed). Skipped while a live cleaner holds ``.cleaner.lock``;
+* ``.deleted`` files: removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import CorruptSegmentError, OffsetOutOfRangeError
+from .record import CONTROL_NONE, SCHEMA
+from .segment import (
+    ACTIVE_SUFFIX,
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    FRAME_HEADER_SIZE,
+    SEALED_SUFFIX,
+    SEALING_SUFFIX,
+    SWAP_SUFFIX,
+    ActiveSegment,
+    SealedSegment,
+    SegmentMeta,
+    is_segment_name,
+    offset_from_name,
+    segment_name,
+    write_sealed,
+)
+
+# Rows per active-segment frame: bounds the memory of one append and of one read step.
+MAX_FRAME_ROWS = 65536
+# Bytes a frame costs beyond its rows (frame header plus the Arrow IPC message header).
+FRAME_OVERHEAD_BYTES = FRAME_HEADER_SIZE + 1024
+# Fixed-width bytes of one row (offset, timestamp, producer fields, flags, horizon, value offsets).
+ROW_FIXED_BYTES = 56
+READ_RETRIES = 5
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def row_sizes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Estimated bytes of each row in the active segment, for roll-by-size decisions."""
+    sizes = np.full(batch.num_rows, ROW_FIXED_BYTES, dtype=np.int64)
+    for name in ("key", "value"):
+        lengths = pc.binary_length(batch.column(name)).to_numpy(zero_copy_only=False)
+        sizes += np.nan_to_num(lengths, nan=0).astype(np.int64)
+    return sizes
+
+
+class Log:
+    """One partition of a topic."""
+
+    def __init__(self, directory: str, topic: str, partition: int, config: Callable[[], Any],
+                 clock: Callable[[], int]) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self._config = config
+        self._clock = clock
+        self._thread_lock = threading.RLock()
+        self._lock_fd = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+        self._sealed: list[SealedSegment] = []
+        self._active: ActiveSegment | None = None
+        self._pending_deletes: list[tuple[int, str]] = []
+        self.recovered_bytes = 0
+        with self.locked(refresh=False):
+            self._recover()
+            self._load()
+
+    # -- locking and the on-disk view -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, refresh: bool = True) -> Iterator[Log]:
+        """Hold the partition lock (this process's threads and other processes)."""
+        with self._thread_lock:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            try:
+                if refresh:
+                    self._refresh()
+                yield self
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._thread_lock:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def _listing(self) -> tuple[dict[int, str], dict[int, str]]:
+        sealed: dict[int, str] = {}
+        active: dict[int, str] = {}
+        for name in os.listdir(self.directory):
+            if not is_segment_name(name):
+                continue
+            if name.endswith(SEALED_SUFFIX) and name.count(".") == 1:
+                sealed[offset_from_name(name)] = name
+            elif name.endswith(ACTIVE_SUFFIX) and name.count(".") == 1:
+                active[offset_from_name(name)] = name
+        return sealed, active
+
+    def _recover(self) -> None:
+        names = [n for n in os.listdir(self.directory) if is_segment_name(n)]
+        for name in names:
+            if name.endswith(DELETED_SUFFIX) or name.endswith(SEALING_SUFFIX):
+                os.unlink(os.path.join(self.directory, name))
+        if self._cleaner_is_live():
+            return
+        names = [n for n in os.listdir(self.directory) if is_segment_name(n)]
+        cleaned = [n for n in names if n.endswith(CLEANED_SUFFIX)]
+        swaps = [n for n in names if n.endswith(SWAP_SUFFIX)]
+        if cleaned:
+            min_cleaned = min(offset_from_name(n) for n in cleaned)
+            for name in swaps:
+                if offset_from_name(name) >= min_cleaned:
+                    os.unlink(os.path.join(self.directory, name))
+            swaps = [n for n in swaps if offset_from_name(n) < min_cleaned]
+            for name in cleaned:
+                os.unlink(os.path.join(self.directory, name))
+        if swaps:
+            opened = [SealedSegment.open(os.path.join(self.directory, n)) for n in swaps]
+            low = min(s.base_offset for s in opened)
+            high = max(s.next_offset for s in opened)
+            for name in os.listdir(self.directory):
+                if (is_segment_name(name) and name.endswith(SEALED_SUFFIX) and name.count(".") == 1
+                        and low <= offset_from_name(name) < high):
+                    os.unlink(os.path.join(self.directory, name))
+            for name in swaps:
+                os.replace(os.path.join(self.directory, name),
+                           os.path.join(self.directory, name[: -len(SWAP_SUFFIX)]))
+        sealed, active = self._listing()
+        for base, name in sorted(active.items()):
+            path = os.path.join(self.directory, name)
+            if base in sealed:
+                os.unlink(path)
+            elif base != max(active):
+                segment, _ = ActiveSegment.open(path, base, truncate=True)
+                self._seal(segment)
+                os.unlink(path)
+        fsync_dir(self.directory)
+
+    def _cleaner_is_live(self) -> bool:
+        fd = os.open(os.path.join(self.directory, ".cleaner.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def _load(self) -> None:
+        sealed, active = self._listing()
+        self._sealed = [SealedSegment.open(os.path.join(self.directory, sealed[b]), b) for b in sorted(sealed)]
+        for before, after in zip(self._sealed, self._sealed[1:]):
+            if before.next_offset > after.base_offset:
+                raise CorruptSegmentError(
+                    f"{self.directory}: segment {before.base_offset} ends at {before.next_offset}, "
+                    f"past the next segment's base {after.base_offset}")
+        end = self._sealed[-1].next_offset if self._sealed else 0
+        active_bases = [b for b in active if b not in sealed]
+        if active_bases:
+            base = max(active_bases)
+            self._active, self.recovered_bytes = ActiveSegment.open(
+                os.path.join(self.directory, active[base]), base, truncate=True)
+        else:
+            self._active = ActiveSegment.create(os.path.join(self.directory, segment_name(end, ACTIVE_SUFFIX)), end)
+            fsync_dir(self.directory)
+
+    def _refresh(self) -> None:
+        """Catch up with changes made by other processes (called under the lock)."""
+        sealed, active = self._listing()
+        known = {s.base_offset: s for s in self._sealed}
+        changed = set(sealed) != set(known)
+        if not changed:
+            for base, segment in known.items():
+                try:
+                    if os.stat(os.path.join(self.directory, sealed[base])).st_ino != segment.inode:
+                        changed = True
+                        break
+                except FileNotFoundError:
+                    changed = True
+                    break
+        assert self._active is not None
+        active_name = segment_name(self._active.base_offset, ACTIVE_SUFFIX)
+        if changed or active.get(self._active.base_offset) != active_name or self._active.changed_on_disk():
+            if changed or self._active.base_offset not in active or self._active.base_offset in sealed:
+                self._recover()
+                self._load()
+            else:
+                self._active.scan(truncate=True)
+
+    @property
+    def active(self) -> ActiveSegment:
+        assert self._active is not None
+        return self._active
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        return list(self._sealed)
+
+    def snapshot(self) -> tuple[list[SealedSegment], ActiveSegment]:
+        with self.locked():
+            return list(self._sealed), self.active
+
+    # -- offsets and metadata --------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        with self.locked():
+            return self._sealed[0].base_offset if self._sealed else self.active.base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        with self.locked():
+            return self.active.next_offset
+
+    def segments_meta(self) -> list[SegmentMeta]:
+        with self.locked():
+            return [s.meta for s in self._sealed] + [self.active.meta()]
+
+    # -- append and roll ---------------------------------------------------------------------------------
+
+    def append(self, rows: pa.RecordBatch | pa.Table, flush: bool = True,
+               before_append: Callable[[Log], None] | None = None) -> tuple[int, int]:
+        """Append rows (SCHEMA without meaningful offsets: they are assigned here) as one atomic unit.
+
+        Returns ``(first_offset, append_time_ms)``. With ``flush`` the rows are fsynced before returning.
+        ``before_append`` runs under the lock after the refresh (idempotence and transaction checks).
+        """
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        with self.locked():
+            if before_append is not None:
+                before_append(self)
+            now = self._clock()
+            config = self._config()
+            if config.message_timestamp_type == "LogAppendTime":
+                table = table.set_column(1, "timestamp", pa.array(np.full(table.num_rows, now, np.int64)))
+            first_offset = self.active.next_offset
+            sizes = np.cumsum(row_sizes(table))
+            start = 0
+            n = table.num_rows
+            while start < n:
+                self._maybe_roll_for_time(now, config.roll_ms)
+                base_bytes = sizes[start - 1] if start else 0
+                room = config.segment_bytes - self.active.size - FRAME_OVERHEAD_BYTES
+                end = int(np.searchsorted(sizes, base_bytes + room, side="right"))
+                end = min(end, start + MAX_FRAME_ROWS, n)
+                if end <= start:
+                    if self.active.record_count or self.active.size:
+                        self._roll()
+                        continue
+                    end = start + 1
+                chunk = table.slice(start, end - start)
+                next_offset = self.active.next_offset
+                offsets = pa.array(np.arange(next_offset, next_offset + chunk.num_rows, dtype=np.int64))
+                chunk = chunk.set_column(0, "offset", offsets)
+                for batch in chunk.combine_chunks().to_batches():
+                    self.active.append(batch)
+                start = end
+            if flush:
+                self.active.flush()
+            return first_offset, now
+
+    def _maybe_roll_for_time(self, now: int, roll_ms: int) -> None:
+        first = self.active.first_timestamp
+        if self.active.record_count and first >= 0 and now - first > roll_ms:
+            self._roll()
+
+    def flush(self) -> None:
+        with self.locked():
+            self.active.flush()
+
+    def roll(self) -> bool:
+        """Seal the active segment now; a no-op when it is empty. Returns whether a segment was sealed."""
+        with self.locked():
+            if not self.active.size:
+                return False
+            self._roll()
+            return True
+
+    def maybe_roll_idle(self, now: int, max_age_ms: int) -> bool:
+        """Roll a non-empty active segment whose first record is older than ``max_age_ms``."""
+        with self.locked():
+            first = self.active.first_timestamp
+            if self.active.record_count and first >= 0 and now - first > max_age_ms:
+                self._roll()
+                return True
+            return False
+
+    def _seal(self, segment: ActiveSegment) -> SealedSegment:
+        """Write ``segment`` as ``<base>.parquet`` (via ``.sealing``); the caller removes the ``.log``."""
+        final = os.path.join(self.directory, segment_name(segment.base_offset, SEALED_SUFFIX))
+        sealing = final + SEALING_SUFFIX
+        write_sealed(sealing, segment.to_table(), segment.base_offset, segment.next_offset, self._compression())
+        os.replace(sealing, final)
+        fsync_dir(self.directory)
+        return SealedSegment.open(final, segment.base_offset)
+
+    def _compression(self) -> str:
+        return str(getattr(self._config(), "parquet_compression", "snappy"))
+
+    def _roll(self) -> None:
+        old = self.active
+        sealed = self._seal(old)
+        self._active = ActiveSegment.create(
+            os.path.join(self.directory, segment_name(old.next_offset, ACTIVE_SUFFIX)), old.next_offset)
+        os.unlink(old.path)
+        fsync_dir(self.directory)
+        self._sealed.append(sealed)
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    def check_offset(self, offset: int) -> None:
+        start, end = self.log_start_offset, self.log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                f"log start {start}, log end {end}")
+
+    def read_tables(self, start_offset: int, end_offset: int | None = None, columns: list[str] | None = None,
+                    include_control: bool = False) -> Iterator[pa.Table]:
+        """Tables of rows in ``[start_offset, end_offset)`` in offset order, one or more per segment."""
+        position = start_offset
+        for _ in range(READ_RETRIES):
+            sealed, active = self.snapshot()
+            try:
+                for segment in sealed:
+                    if segment.next_offset <= position:
+                        continue
+                    if end_offset is not None and segment.base_offset >= end_offset:
+                        return
+                    table = segment.read(position, end_offset, columns=_with_filter_columns(columns))
+                    position = segment.next_offset
+                    if table.num_rows:
+                        yield _finish(table, columns, include_control, segment.meta.control_count)
+                if end_offset is not None and end_offset <= position:
+                    return
+                for batch in active.read_batches(position, end_offset):
+                    table = pa.Table.from_batches([batch])
+                    position = batch.column(0)[-1].as_py() + 1 if batch.num_rows else position
+                    if table.num_rows:
+                        yield _finish(table, columns, include_control, active.control_count)
+                return
+            except FileNotFoundError:
+                continue  # a roll or swap replaced a file under us: re-snapshot and go on from `position`
+        raise CorruptSegmentError(f"{self.directory}: segments kept changing during a read")
+
+    def offset_for_time(self, timestamp_ms: int) -> int | None:
+        """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``."""
+        sealed, active = self.snapshot()
+        for segment in sealed:
+            if segment.meta.max_timestamp < timestamp_ms or not segment.meta.record_count:
+                continue
+            table = segment.read(columns=["offset", "timestamp", "control_type"])
+            found = _first_at_or_after(table, timestamp_ms)
+            if found is not None:
+                return found
+        for frame in active.frames_from_time(timestamp_ms):
+            found = _first_at_or_after(pa.Table.from_batches([active.read_frame(frame)]), timestamp_ms)
+            if found is not None:
+                return found
+        return None
+
+    # -- deletion of whole segments (retention) and of replaced files ---------------------------------------
+
+    def delete_segments(self, bases: list[int], delay_ms: int) -> int:
+        """Remove sealed segments (retention). They are renamed ``.deleted`` and removed after ``delay_ms``.
+        Returns the bytes removed."""
+        removed = 0
+        with self.locked():
+            keep = []
+            for segment in self._sealed:
+                if segment.base_offset in bases:
+                    removed += segment.meta.size_bytes
+                    self.schedule_delete(segment.path, delay_ms)
+                else:
+                    keep.append(segment)
+            self._sealed = keep
+            fsync_dir(self.directory)
+        return removed
+
+    def schedule_delete(self, path: str, delay_ms: int) -> None:
+        """Rename ``path`` to ``.deleted`` and remove it once ``delay_ms`` has passed (Kafka's async delete)."""
+        deleted = path + DELETED_SUFFIX
+        os.replace(path, deleted)
+        self._pending_deletes.append((self._clock() + delay_ms, deleted))
+        self.delete_expired_files()
+
+    def delete_expired_files(self) -> None:
+        now = self._clock()
+        due = [p for deadline, p in self._pending_deletes if deadline <= now]
+        self._pending_deletes = [(d, p) for d, p in self._pending_deletes if d > now]
+        for path in due:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def replace_sealed(self, sealed: list[SealedSegment]) -> None:
+        """Install a new sealed segment list (the cleaner's swap, under the lock)."""
+        self._sealed = sorted(sealed, key=lambda s: s.base_offset)
+
+
+def _with_filter_columns(columns: list[str] | None) -> list[str] | None:
+    if columns is None:
+        return None
+    return columns if "control_type" in columns else [*columns, "control_type"]
+
+
+def _finish(table: pa.Table, columns: list[str] | None, include_control: bool, control_count: int) -> pa.Table:
+    if not include_control and control_count:
+        table = table.filter(pc.equal(table.column("control_type"), CONTROL_NONE))
+    return table.select(columns) if columns is not None else table
+
+
+def _first_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
+    mask = pc.and_(pc.greater_equal(table.column("timestamp"), timestamp_ms),
+                   pc.equal(table.column("control_type"), CONTROL_NONE))
+    hits = table.column("offset").filter(mask)
+    return hits[0].as_py() if len(hits) else None

@@ -1,0 +1,187 @@
+"""The record: its Arrow schema (the on-disk column layout) and the Python value types.
+
+Column layout, shared by the active segment's Arrow batches and the sealed Parquet segments:
+
+====================  =======================================  ==========================================
+column                type                                     meaning
+====================  =======================================  ==========================================
+offset                int64, not null                          position in the partition, never renumbered
+timestamp             int64, not null                          milliseconds since the epoch (CreateTime, or
+                                                               the append time for LogAppendTime topics)
+key                   binary                                   null only for keyless records
+value                 binary                                   null = tombstone (or a control record)
+headers               list<struct<key: string, value: binary>>  null when the record has no headers
+producer_id           int64, not null                          -1 = no producer id
+producer_epoch        int16, not null                          -1 = none
+sequence              int32, not null                          -1 = none
+is_transactional      bool, not null                           written inside a transaction
+control_type          int8, not null                           -1 data record, 0 ABORT marker, 1 COMMIT marker
+delete_horizon_ms     int64, not null                          -1 = not stamped; else the time after which the
+                                                               cleaner may remove this tombstone or marker
+====================  =======================================  ==========================================
+
+Control records (transaction markers) are stored as rows with ``control_type >= 0``; readers never return
+them as records. The delete horizon is per record (Kafka keeps it per batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import pyarrow as pa
+
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
+NO_SEQUENCE = -1
+NO_DELETE_HORIZON = -1
+
+CONTROL_NONE = -1
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
+
+SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+        pa.field("producer_id", pa.int64(), nullable=False),
+        pa.field("producer_epoch", pa.int16(), nullable=False),
+        pa.field("sequence", pa.int32(), nullable=False),
+        pa.field("is_transactional", pa.bool_(), nullable=False),
+        pa.field("control_type", pa.int8(), nullable=False),
+        pa.field("delete_horizon_ms", pa.int64(), nullable=False),
+    ]
+)
+COLUMNS = tuple(SCHEMA.names)
+
+# The columns a reader sees: the record as a consumer knows it.
+READ_COLUMNS = ("offset", "timestamp", "key", "value", "headers")
+
+# Per-record overhead counted against max.message.bytes, as a v2 record batch of one record
+# (61-byte batch header plus the record's own framing) would cost in Kafka.
+RECORD_OVERHEAD_BYTES = 70
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record as a consumer sees it. ``value is None`` means a tombstone."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+class RecordMetadata(NamedTuple):
+    """What the log acknowledged for a sent record, as Kafka's RecordMetadata."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
+    """The size of one record as counted against ``max.message.bytes``."""
+    size = RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        for header_key, header_value in headers:
+            size += len(header_key.encode()) + (len(header_value) if header_value is not None else 0)
+    return size
+
+
+def empty_table() -> pa.Table:
+    return SCHEMA.empty_table()
+
+
+_BINARY_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
+
+
+def _as_binary(column: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArray | pa.Array:
+    if column.type == pa.binary():
+        return column
+    if column.type in _BINARY_TYPES or pa.types.is_fixed_size_binary(column.type) or pa.types.is_null(column.type):
+        return column.cast(pa.binary())
+    from .errors import InvalidRecordError
+
+    raise InvalidRecordError(f"column {name!r} must be binary (bytes) or string, not {column.type}")
+
+
+def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
+    """Turn a user's table (``key``, ``value``, optional ``timestamp`` and ``headers``) into rows in
+    :data:`SCHEMA`. Offsets are placeholders (the log assigns them); producer fields say "none"."""
+    from .errors import InvalidRecordError
+
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    names = set(table.column_names)
+    missing = {"key", "value"} - names
+    if missing:
+        raise InvalidRecordError(f"bulk append needs columns 'key' and 'value'; missing {sorted(missing)}")
+    unknown = names - {"key", "value", "timestamp", "headers"}
+    if unknown:
+        raise InvalidRecordError(
+            f"bulk append takes columns key, value, timestamp, headers; unknown {sorted(unknown)}")
+    n = table.num_rows
+    if "timestamp" in names:
+        timestamp = table.column("timestamp")
+        if pa.types.is_timestamp(timestamp.type):
+            timestamp = timestamp.cast(pa.timestamp("ms")).cast(pa.int64())
+        elif not pa.types.is_integer(timestamp.type):
+            raise InvalidRecordError(f"column 'timestamp' must be integer milliseconds, not {timestamp.type}")
+        timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
+    else:
+        timestamp = pa.repeat(pa.scalar(now_ms, pa.int64()), n)
+    if "headers" in names:
+        headers = table.column("headers")
+        if headers.type != HEADER_TYPE:
+            try:
+                headers = headers.cast(HEADER_TYPE)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise InvalidRecordError(f"column 'headers' must be {HEADER_TYPE}, not {headers.type}") from e
+    else:
+        headers = pa.nulls(n, HEADER_TYPE)
+    columns = [
+        pa.repeat(pa.scalar(0, pa.int64()), n),
+        timestamp,
+        _as_binary(table.column("key"), "key"),
+        _as_binary(table.column("value"), "value"),
+        headers,
+        pa.repeat(pa.scalar(NO_PRODUCER_ID, pa.int64()), n),
+        pa.repeat(pa.scalar(NO_EPOCH, pa.int16()), n),
+        pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n),
+        pa.repeat(pa.scalar(False, pa.bool_()), n),
+        pa.repeat(pa.scalar(CONTROL_NONE, pa.int8()), n),
+        pa.repeat(pa.scalar(NO_DELETE_HORIZON, pa.int64()), n),
+    ]
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic: str) -> None:
+    """Kafka's append-time validation: keys on compacted topics, ``max.message.bytes``."""
+    from .errors import InvalidRecordError, RecordTooLargeError
+
+    keys = rows.column("key")
+    data = pa.compute.equal(rows.column("control_type"), CONTROL_NONE)
+    if compacted and keys.null_count and pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py():
+        raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
+    if rows.num_rows == 0:
+        return
+    sizes = pa.compute.add(
+        pa.compute.fill_null(pa.compute.binary_length(keys), 0),
+        pa.compute.fill_null(pa.compute.binary_length(rows.column("value")), 0))
+    largest = pa.compute.max(sizes).as_py() + RECORD_OVERHEAD_BYTES
+    if largest > max_message_bytes:
+        raise RecordTooLargeError(
+            f"a record of {largest} bytes is larger than max.message.bytes={max_message_bytes} of {topic!r}")

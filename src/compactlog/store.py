@@ -1,0 +1,384 @@
+"""The data directory: topics, their partitions' logs, and the store-wide files.
+
+Layout of ``<data-dir>``:
+
+* ``<topic>-<partition>/``: one partition's log (:mod:`compactlog.log`);
+* ``.topics/<topic>.json``: a topic's metadata ``{"name", "partitions", "config": {overrides}}``, written
+  to a temporary file, fsynced and renamed: creating this file is the moment a topic exists, removing it
+  the moment it is deleted (its partition directories are then renamed ``-delete`` and removed);
+* ``cleaner-offset-checkpoint``: the cleaner's next dirty offset per partition, in Kafka's text format;
+* ``server.properties`` (optional): data-directory defaults under Kafka's broker names.
+
+A :class:`Store` is what :func:`compactlog.open` returns. Several stores (in several processes) may share
+one data directory; each partition's appends are serialised by the partition lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .checkpoint import CheckpointFile
+from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
+from .errors import (
+    InvalidTopicError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .log import Log, fsync_dir
+from .record import READ_COLUMNS, Record, check_rows, to_rows
+from .segment import SegmentMeta
+
+if TYPE_CHECKING:
+    from .cleaner.cleaner import CleanReport
+    from .producer import Producer
+
+TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+TOPICS_DIR = ".topics"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def validate_topic_name(name: object) -> str:
+    """Kafka's topic-name rules; they also keep every name inside the data directory."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters; at most {MAX_TOPIC_NAME} are allowed")
+    if not TOPIC_NAME.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    base_offset: int
+    size_bytes: int
+    record_count: int
+    max_timestamp: int
+    active: bool
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as ``describe`` reports it, with the cleaner's view of it."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int
+    segments: list[SegmentInfo]
+    first_dirty_offset: int | None = None
+    first_uncleanable_offset: int | None = None
+    dirty_ratio: float = 0.0
+    uncleanable_reason: str | None = None
+    max_compaction_delay_ms: int = 0
+    last_stable_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What a bulk append acknowledged: offsets ``[base_offset, last_offset]``."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+
+
+@dataclass
+class _TopicMeta:
+    name: str
+    partitions: int
+    overrides: dict[str, Any]
+    config: TopicConfig
+    stamp: tuple[int, int] = field(default=(0, 0))
+
+
+class Store:
+    """A data directory of topics. Use :func:`compactlog.open`."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> None:
+        self.data_dir = os.path.abspath(os.fspath(data_dir))
+        os.makedirs(os.path.join(self.data_dir, TOPICS_DIR), exist_ok=True)
+        self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
+        self.broker: BrokerConfig = load_broker_config(self.data_dir)
+        self.checkpoint = CheckpointFile(os.path.join(self.data_dir, CHECKPOINT_FILE))
+        if not os.path.exists(self.checkpoint.path):
+            self.checkpoint.write({})
+        self._topics: dict[str, _TopicMeta] = {}
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._closed = False
+        from .cleaner.state import CleanerState
+
+        self.cleaner_state = CleanerState()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.data_dir} is closed")
+
+    # -- topics ------------------------------------------------------------------------------------------
+
+    def _meta_path(self, topic: str) -> str:
+        return os.path.join(self.data_dir, TOPICS_DIR, f"{topic}.json")
+
+    def _write_meta(self, topic: str, partitions: int, overrides: Mapping[str, Any]) -> None:
+        path = self._meta_path(topic)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"name": topic, "partitions": partitions, "config": dict(overrides)}, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(path))
+
+    def _meta(self, topic: str) -> _TopicMeta:
+        self._check_open()
+        validate_topic_name(topic)
+        path = self._meta_path(topic)
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            self._topics.pop(topic, None)
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.data_dir}") from None
+        stamp = (stat.st_mtime_ns, stat.st_ino)
+        cached = self._topics.get(topic)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        meta = _TopicMeta(topic, int(raw["partitions"]), dict(raw["config"]),
+                          topic_config(raw["config"], self.broker), stamp)
+        self._topics[topic] = meta
+        return meta
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
+        """Create a topic with ``partitions`` partitions and topic-config overrides (Kafka names)."""
+        self._check_open()
+        validate_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise InvalidTopicError(f"partitions must be a positive integer, got {partitions!r}")
+        overrides = dict(config or {})
+        parsed = topic_config(overrides, self.broker)  # raises ConfigError before anything is written
+        if os.path.exists(self._meta_path(name)):
+            raise TopicExistsError(f"topic {name!r} already exists")
+        for partition in range(partitions):
+            directory = self._partition_dir(name, partition)
+            if os.path.exists(directory):  # left over by a create that crashed before its metadata
+                shutil.rmtree(directory)
+            os.makedirs(directory)
+        fsync_dir(self.data_dir)
+        self._write_meta(name, partitions, {k: parsed.get(k) for k in overrides})
+
+    def topics(self) -> list[str]:
+        self._check_open()
+        names = os.listdir(os.path.join(self.data_dir, TOPICS_DIR))
+        return sorted(n[: -len(".json")] for n in names if n.endswith(".json"))
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        return self._meta(topic).config
+
+    def partitions(self, topic: str) -> int:
+        return self._meta(topic).partitions
+
+    def alter_topic_config(self, topic: str, changes: Mapping[str, Any]) -> TopicConfig:
+        """Change topic-config overrides; a value of None resets a key to the data-directory default."""
+        meta = self._meta(topic)
+        new_config = alter(meta.config, changes, self.broker)
+        overrides = dict(meta.overrides)
+        for key, value in changes.items():
+            if value is None:
+                overrides.pop(key, None)
+            else:
+                overrides[key] = new_config.get(key)
+        self._write_meta(topic, meta.partitions, overrides)
+        return self._meta(topic).config
+
+    def delete_topic(self, topic: str) -> None:
+        meta = self._meta(topic)
+        os.unlink(self._meta_path(topic))
+        fsync_dir(os.path.join(self.data_dir, TOPICS_DIR))
+        for partition in range(meta.partitions):
+            log = self._logs.pop((topic, partition), None)
+            if log is not None:
+                log.close()
+            directory = self._partition_dir(topic, partition)
+            if os.path.exists(directory):
+                doomed = f"{directory}.{uuid.uuid4().hex}-delete"
+                os.replace(directory, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+        self._topics.pop(topic, None)
+        self.checkpoint.update(remove=[(topic, p) for p in range(meta.partitions)])
+
+    # -- partitions --------------------------------------------------------------------------------------
+
+    def _partition_dir(self, topic: str, partition: int) -> str:
+        return os.path.join(self.data_dir, f"{topic}-{partition}")
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The log of one partition, opened (and recovered) on first use."""
+        meta = self._meta(topic)
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0..{meta.partitions - 1}; there is no partition {partition!r}")
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is None:
+            log = Log(self._partition_dir(topic, partition), topic, partition,
+                      lambda: self._meta(topic).config, self.clock)
+            self._logs[key] = log
+        return log
+
+    def partition_logs(self, topic: str | None = None) -> Iterator[Log]:
+        for name in [topic] if topic is not None else self.topics():
+            for partition in range(self.partitions(name)):
+                yield self.log(name, partition)
+
+    # -- produce -----------------------------------------------------------------------------------------
+
+    def producer(self, **configs: Any) -> Producer:
+        """A batching producer. Keyword arguments are producer configs with dots as underscores
+        (``batch_size``, ``linger_ms``, ``transactional_id``, ``transaction_timeout_ms``)."""
+        from .producer import Producer
+
+        return Producer(self, producer_config({k.replace("_", "."): v for k, v in configs.items()}))
+
+    def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch) -> AppendResult:
+        """Bulk append: a table with ``key``, ``value`` and optionally ``timestamp``, ``headers``.
+        All rows or none are appended; they are durable when this returns."""
+        log = self.log(topic, partition)
+        config = self.topic_config(topic)
+        rows = to_rows(table, self.clock())
+        check_rows(rows, compacted=config.compact, max_message_bytes=config.max_message_bytes, topic=topic)
+        if rows.num_rows == 0:
+            end = log.log_end_offset
+            return AppendResult(topic, partition, end, end - 1, 0)
+        first, _ = log.append(rows, flush=True)
+        return AppendResult(topic, partition, first, first + rows.num_rows - 1, rows.num_rows)
+
+    # -- consume -----------------------------------------------------------------------------------------
+
+    def read_arrow(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
+                   columns: list[str] | None = None) -> pa.Table:
+        """Records of ``[start_offset, end_offset)`` as one table (columns offset, timestamp, key, value,
+        headers by default). Transaction markers are never returned."""
+        log = self.log(topic, partition)
+        log.check_offset(start_offset)
+        wanted = list(columns) if columns is not None else list(READ_COLUMNS)
+        tables = list(log.read_tables(start_offset, end_offset, columns=wanted))
+        if not tables:
+            from .record import SCHEMA
+
+            return SCHEMA.empty_table().select(wanted)
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def read(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
+             **options: Any) -> Iterator[Record]:
+        """Records of ``[start_offset, end_offset)`` in offset order. Offset gaps left by compaction are
+        skipped: a start offset inside a gap starts at the next record. Raises OffsetOutOfRangeError below
+        the log start or past the log end."""
+        log = self.log(topic, partition)
+        log.check_offset(start_offset)
+        return _records(log.read_tables(start_offset, end_offset, columns=list(READ_COLUMNS)))
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        return self.log(topic, partition).log_start_offset
+
+    def log_end_offset(self, topic: str, partition: int) -> int:
+        return self.log(topic, partition).log_end_offset
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is >= ``timestamp_ms`` (None if there is none), as Kafka's
+        offsetsForTimes."""
+        return self.log(topic, partition).offset_for_time(timestamp_ms)
+
+    def roll(self, topic: str, partition: int) -> bool:
+        """Seal the active segment now (no-op when it is empty)."""
+        return self.log(topic, partition).roll()
+
+    def describe(self, topic: str) -> list[PartitionInfo]:
+        from .cleaner.cleaner import describe_partition
+
+        return [describe_partition(self, log) for log in self.partition_logs(topic)]
+
+    # -- retention and cleaning --------------------------------------------------------------------------
+
+    def enforce_retention(self) -> dict[tuple[str, int], int]:
+        """Time and size retention for topics whose cleanup.policy contains delete (compacted logs get it
+        after each cleaning, as in Kafka). Returns bytes removed per partition."""
+        from .cleaner.cleaner import apply_retention
+
+        removed: dict[tuple[str, int], int] = {}
+        for topic in self.topics():
+            if self.topic_config(topic).delete:
+                for log in self.partition_logs(topic):
+                    freed = apply_retention(self, log)
+                    if freed:
+                        removed[(topic, log.partition)] = freed
+        return removed
+
+    def clean(self, force: bool = False, topic: str | None = None, partition: int | None = None,
+              executor: Any = None) -> CleanReport:
+        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`).
+        ``executor`` is None (in process) or a SparkSession (see :mod:`compactlog.spark`)."""
+        from .cleaner.cleaner import clean
+
+        return clean(self, force=force, topic=topic, partition=partition, executor=executor)
+
+    def cleaner_metrics(self) -> dict[str, int | float]:
+        from .cleaner.cleaner import cleaner_metrics
+
+        return cleaner_metrics(self)
+
+
+def _records(tables: Iterator[pa.Table]) -> Iterator[Record]:
+    for table in tables:
+        offsets = table.column("offset").to_pylist()
+        timestamps = table.column("timestamp").to_pylist()
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        headers = table.column("headers").to_pylist()
+        for i, offset in enumerate(offsets):
+            header = headers[i]
+            yield Record(offset, timestamps[i], keys[i], values[i],
+                         [(h["key"], h["value"]) for h in header] if header else [])
+
+
+def open_store(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:
+    """Open (creating if needed) a data directory. ``clock`` returns epoch milliseconds."""
+    return Store(data_dir, clock)
+
