@@ -169,6 +169,53 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
     return result
 
 
+@dataclass
+class PartialMap:
+    """One dirty segment's distinct keys (order of first appearance) and their newest offsets: what a
+    Spark task sends back to the driver (keys and offsets only, never whole records)."""
+
+    base_offset: int
+    keys: pa.Array
+    latest: np.ndarray
+    records_read: int
+    bytes_read: int
+
+
+def partial_map(task: CleanTask, segment: SegmentFile) -> PartialMap:
+    """The newest offset of each key of one dirty segment (unbounded: the driver's merge applies the bound)."""
+    table = pq.read_table(segment.path, columns=MAP_COLUMNS)
+    offsets, keys, eligible = _map_rows(table, task)
+    positions = np.flatnonzero(eligible)
+    unbounded = OffsetMap(2**62)
+    unbounded.put_records(keys.take(pa.array(positions)), offsets[positions])
+    return PartialMap(segment.base_offset, unbounded.keys, unbounded.offsets, table.num_rows, segment.size_bytes)
+
+
+def merge_partial_maps(task: CleanTask, partials: Sequence[PartialMap]) -> MapResult:
+    """The driver's half of a parallel map build: merge per-segment maps in offset order under the dedupe
+    bound; the segment where the bound is reached is re-read here record by record to find the cut."""
+    offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
+    result = MapResult(offset_map, task.first_dirty_offset)
+    by_base = {p.base_offset: p for p in partials}
+    dirty = task.dirty_segments()
+    for segment in dirty:
+        part = by_base[segment.base_offset]
+        result.records_read += part.records_read
+        result.bytes_read += part.bytes_read
+        if not offset_map.put_partial(part.keys, part.latest):
+            table = pq.read_table(segment.path, columns=MAP_COLUMNS)
+            offsets, keys, eligible = _map_rows(table, task)
+            positions = np.flatnonzero(eligible)
+            _, full_at = offset_map.put_records(keys.take(pa.array(positions)), offsets[positions])
+            if full_at is not None:
+                offset_map.update_latest_offset(full_at - 1)
+                result.end_offset = full_at
+                return result
+        offset_map.update_latest_offset(min(segment.next_offset, task.first_uncleanable_offset) - 1)
+    result.end_offset = offset_map.latest_offset + 1 if dirty else task.first_dirty_offset
+    return result
+
+
 def groups_to_clean(task: CleanTask, end_offset: int) -> list[list[SegmentFile]]:
     """Phase 2's work list: the segments below the round's end offset, grouped by ``segment.bytes``."""
     below = [s for s in task.segments if s.base_offset < end_offset]

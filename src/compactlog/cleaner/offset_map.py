@@ -89,6 +89,32 @@ class OffsetMap:
         result[: len(entries)] = entries
         return result, full_at
 
+    def put_partial(self, keys: pa.Array, latest: np.ndarray) -> bool:
+        """Merge a segment's partial map (its distinct keys in order of first appearance and their newest
+        offsets) if all its new keys fit; returns False, changing nothing, when they do not (the caller
+        then adds that segment's records one by one with :meth:`put_records`, which finds the cut)."""
+        if len(keys) == 0:
+            return True
+        m = len(self.keys)
+        combined = pa.concat_arrays([self.keys, keys]) if m else keys
+        encoded = pc.dictionary_encode(combined)
+        dictionary = encoded.dictionary
+        new_bytes = 0
+        if len(dictionary) > m:
+            new_bytes = int(pc.sum(pc.binary_length(dictionary.slice(m))).as_py() or 0)
+            new_bytes += ENTRY_OVERHEAD_BYTES * (len(dictionary) - m)
+        if self.used_bytes + new_bytes > self.capacity_bytes:
+            return False
+        entries = encoded.indices.to_numpy()[m:]
+        merged = np.full(len(dictionary), -1, dtype=np.int64)
+        merged[:m] = self.offsets
+        np.maximum.at(merged, entries, latest)
+        self.keys = dictionary
+        self.offsets = merged
+        self.used_bytes += new_bytes
+        self.latest_offset = max(self.latest_offset, int(latest.max()))
+        return True
+
     def lookup(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """The newest mapped offset of each key; -1 where the key is absent or null."""
         if len(self.keys) == 0 or len(keys) == 0:
