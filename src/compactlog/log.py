@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
-from .record import CONTROL_NONE, SCHEMA
+from .record import CONTROL_NONE, SCHEMA, header_bytes
 from .segment import (
     ACTIVE_SUFFIX,
     CLEANED_SUFFIX,
@@ -62,6 +62,8 @@ MAX_FRAME_ROWS = 65536
 FRAME_OVERHEAD_BYTES = FRAME_HEADER_SIZE + 1024
 # Fixed-width bytes of one row (offset, timestamp, producer fields, flags, horizon, value offsets).
 ROW_FIXED_BYTES = 56
+# Bytes of one header beyond its name and value: two value offsets and validity bits.
+HEADER_FIXED_BYTES = 9
 READ_RETRIES = 5
 
 
@@ -74,12 +76,25 @@ def fsync_dir(path: str) -> None:
 
 
 def row_sizes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
-    """Estimated bytes of each row in the active segment, for roll-by-size decisions."""
+    """Estimated bytes of each row in the active segment, for roll-by-size decisions: never below what
+    the row adds to a frame, so a segment that rolls by size stays within ``segment.bytes``."""
     sizes = np.full(batch.num_rows, ROW_FIXED_BYTES, dtype=np.int64)
     for name in ("key", "value"):
-        lengths = pc.binary_length(batch.column(name)).to_numpy(zero_copy_only=False)
-        sizes += np.nan_to_num(lengths, nan=0).astype(np.int64)
+        sizes += _int64s(pc.fill_null(pc.binary_length(batch.column(name)), 0))
+    headers = batch.column("headers")
+    if headers.null_count < len(headers):
+        sizes += _int64s(pc.fill_null(header_bytes(headers, HEADER_FIXED_BYTES), 0))
     return sizes
+
+
+def _int64s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An integer column without nulls as a numpy int64 array."""
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks == 1:
+            column = column.chunk(0)
+        else:
+            column = column.combine_chunks() if column.num_chunks else pa.array([], pa.int64())
+    return column.to_numpy().astype(np.int64, copy=False)
 
 
 class Log:
@@ -261,6 +276,11 @@ class Log:
 
         Returns ``(first_offset, append_time_ms)``. With ``flush`` the rows are fsynced before returning.
         ``before_append`` runs under the lock after the refresh (idempotence and transaction checks).
+
+        The rows go into frames of the active segment, rolling it first when a frame would take it past
+        ``segment.bytes``, or when the frame's newest timestamp is more than the roll time (``segment.ms``;
+        for compacted topics at most ``max.compaction.lag.ms``) after the segment's first timestamp
+        (Kafka's ``LogSegment.shouldRoll``: so loading old data does not roll at every append).
         """
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         with self.locked():
@@ -268,38 +288,34 @@ class Log:
                 before_append(self)
             now = self._clock()
             config = self._config()
+            n = table.num_rows
             if config.message_timestamp_type == "LogAppendTime":
-                table = table.set_column(1, "timestamp", pa.array(np.full(table.num_rows, now, np.int64)))
+                table = table.set_column(1, SCHEMA.field(1), pa.repeat(pa.scalar(now, pa.int64()), n))
             first_offset = self.active.next_offset
             sizes = np.cumsum(row_sizes(table))
+            timestamps = _int64s(table.column(1))
+            roll_ms = config.roll_ms
             start = 0
-            n = table.num_rows
             while start < n:
-                self._maybe_roll_for_time(now, config.roll_ms)
                 base_bytes = sizes[start - 1] if start else 0
                 room = config.segment_bytes - self.active.size - FRAME_OVERHEAD_BYTES
                 end = int(np.searchsorted(sizes, base_bytes + room, side="right"))
                 end = min(end, start + MAX_FRAME_ROWS, n)
-                if end <= start:
-                    if self.active.record_count or self.active.size:
+                if self.active.size:
+                    if end <= start or int(timestamps[start:end].max()) - self.active.first_timestamp > roll_ms:
                         self._roll()
                         continue
-                    end = start + 1
+                end = max(end, start + 1)  # an empty segment takes at least one record, however large
                 chunk = table.slice(start, end - start)
                 next_offset = self.active.next_offset
                 offsets = pa.array(np.arange(next_offset, next_offset + chunk.num_rows, dtype=np.int64))
-                chunk = chunk.set_column(0, "offset", offsets)
+                chunk = chunk.set_column(0, SCHEMA.field(0), offsets)
                 for batch in chunk.combine_chunks().to_batches():
                     self.active.append(batch)
                 start = end
             if flush:
                 self.active.flush()
             return first_offset, now
-
-    def _maybe_roll_for_time(self, now: int, roll_ms: int) -> None:
-        first = self.active.first_timestamp
-        if self.active.record_count and first >= 0 and now - first > roll_ms:
-            self._roll()
 
     def flush(self) -> None:
         with self.locked():

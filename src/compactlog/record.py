@@ -29,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
@@ -102,6 +104,19 @@ def record_size(key: bytes | None, value: bytes | None, headers: Headers | None)
     return size
 
 
+def header_bytes(headers: pa.ChunkedArray | pa.Array, per_header: int = 0) -> pa.Array:
+    """Per row, the bytes of its headers' names and values plus ``per_header`` for each; null where the
+    row has no headers (a column of :data:`HEADER_TYPE`)."""
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks() if headers.num_chunks else pa.array([], HEADER_TYPE)
+    entries = pc.list_flatten(headers)
+    per_entry = pc.add(pc.add(pc.binary_length(entries.field("key")),
+                              pc.fill_null(pc.binary_length(entries.field("value")), 0)), per_header)
+    parents = pc.list_parent_indices(headers).to_numpy()
+    totals = np.bincount(parents, weights=per_entry.to_numpy(zero_copy_only=False), minlength=len(headers))
+    return pa.array(totals.astype(np.int64), mask=headers.is_null().to_numpy(zero_copy_only=False))
+
+
 def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
 
@@ -124,7 +139,12 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     :data:`SCHEMA`. Offsets are placeholders (the log assigns them); producer fields say "none"."""
     from .errors import InvalidRecordError
 
-    table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    else:
+        raise InvalidRecordError(f"bulk append takes a pyarrow Table or RecordBatch, not {type(data).__name__}")
     names = set(table.column_names)
     missing = {"key", "value"} - names
     if missing:
@@ -181,6 +201,9 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
     sizes = pa.compute.add(
         pa.compute.fill_null(pa.compute.binary_length(keys), 0),
         pa.compute.fill_null(pa.compute.binary_length(rows.column("value")), 0))
+    headers = rows.column("headers")
+    if headers.null_count < len(headers):  # as record_size counts them for a send
+        sizes = pa.compute.add(sizes, pa.compute.fill_null(header_bytes(headers), 0))
     largest = pa.compute.max(sizes).as_py() + RECORD_OVERHEAD_BYTES
     if largest > max_message_bytes:
         raise RecordTooLargeError(

@@ -44,10 +44,11 @@ if TYPE_CHECKING:
     from .cleaner.cleaner import CleanReport
     from .producer import Producer
 
-TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 TOPICS_DIR = ".topics"
+DELETE_DIR_SUFFIX = "-delete"
 
 
 def wall_clock_ms() -> int:
@@ -62,7 +63,7 @@ def validate_topic_name(name: object) -> str:
         raise InvalidTopicError(f"topic name cannot be {name!r}")
     if len(name) > MAX_TOPIC_NAME:
         raise InvalidTopicError(f"topic name is {len(name)} characters; at most {MAX_TOPIC_NAME} are allowed")
-    if not TOPIC_NAME.match(name):
+    if not TOPIC_NAME.fullmatch(name):  # not match(): "$" would let a trailing newline through
         raise InvalidTopicError(f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
     return name
 
@@ -124,12 +125,20 @@ class Store:
         self.checkpoint = CheckpointFile(os.path.join(self.data_dir, CHECKPOINT_FILE))
         if not os.path.exists(self.checkpoint.path):
             self.checkpoint.write({})
+        self._remove_deleted_partitions()
         self._topics: dict[str, _TopicMeta] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._closed = False
         from .cleaner.state import CleanerState
 
         self.cleaner_state = CleanerState()
+
+    def _remove_deleted_partitions(self) -> None:
+        """Finish topic deletions a crash interrupted: remove ``*-delete`` directories (as Kafka's startup)."""
+        for name in os.listdir(self.data_dir):
+            path = os.path.join(self.data_dir, name)
+            if name.endswith(DELETE_DIR_SUFFIX) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -158,7 +167,8 @@ class Store:
 
     def _write_meta(self, topic: str, partitions: int, overrides: Mapping[str, Any]) -> None:
         path = self._meta_path(topic)
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
+        tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"name": topic, "partitions": partitions, "config": dict(overrides)}, f, sort_keys=True)
             f.flush()
@@ -238,7 +248,9 @@ class Store:
                 log.close()
             directory = self._partition_dir(topic, partition)
             if os.path.exists(directory):
-                doomed = f"{directory}.{uuid.uuid4().hex}-delete"
+                # Kafka's "<topic>-<partition>.<uuid>-delete", the name cut to fit a file name's 255 bytes.
+                doomed = os.path.join(self.data_dir,
+                                      f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
                 os.replace(directory, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
         self._topics.pop(topic, None)
@@ -339,10 +351,13 @@ class Store:
 
     def enforce_retention(self) -> dict[tuple[str, int], int]:
         """Time and size retention for topics whose cleanup.policy contains delete (compacted logs get it
-        after each cleaning, as in Kafka). Returns bytes removed per partition."""
+        after each cleaning, as in Kafka), and removal of ``.deleted`` files whose ``file.delete.delay.ms``
+        has passed. Returns bytes removed per partition."""
         from .cleaner.cleaner import apply_retention
 
         removed: dict[tuple[str, int], int] = {}
+        for log in list(self._logs.values()):  # files renamed .deleted earlier whose delay has passed
+            log.delete_expired_files()
         for topic in self.topics():
             if self.topic_config(topic).delete:
                 for log in self.partition_logs(topic):

@@ -162,13 +162,10 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
                     report.skipped[tp] = "being cleaned by another process"
                     continue
                 result = clean_partition(store, log, ltc, now, executor, hook)
-        except CompactLogError as e:
-            state.mark_uncleanable(tp, str(e), ltc.cleanable_bytes)
-            report.skipped[tp] = f"uncleanable: {e}"
-            continue
-        except OSError as e:
-            state.mark_uncleanable(tp, f"I/O error: {e}", ltc.cleanable_bytes)
-            report.skipped[tp] = f"uncleanable: I/O error: {e}"
+        except Exception as e:  # Kafka marks the partition uncleanable on any failure; so do we, and go on
+            reason = str(e) if isinstance(e, CompactLogError) else f"{type(e).__name__}: {e}"
+            state.mark_uncleanable(tp, reason, ltc.cleanable_bytes)
+            report.skipped[tp] = f"uncleanable: {reason}"
             continue
         state.clear_uncleanable(tp)
         report.partitions.append(result)

@@ -19,7 +19,8 @@ dedupe buffer plus one segment. The same functions run in process and inside Spa
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -145,27 +146,65 @@ def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, n
 
 
 def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
-    """Phase 1: the offset map over the dirty section, segment by segment, until it fills."""
+    """Phase 1: the offset map over the dirty section, until it fills.
+
+    Segments' key columns are gathered into chunks of at most the dedupe buffer's size and each chunk is
+    hashed in one pass (hashing the map again for every segment would cost a pass over the map each time).
+    """
     offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
     result = MapResult(offset_map, task.first_dirty_offset)
-    for segment in task.dirty_segments():
+    dirty = task.dirty_segments()
+    pending: list[tuple[SegmentFile, int, np.ndarray, pa.Array, np.ndarray]] = []
+    pending_bytes = 0
+
+    def flush() -> int | None:
+        """Put the pending segments' records into the map; the offset where it filled, if it did."""
+        nonlocal pending_bytes
+        if not pending:
+            return None
+        offsets = np.concatenate([p[4] for p in pending]) if len(pending) > 1 else pending[0][4]
+        entries, full_at = offset_map.put_records([p[3] for p in pending], offsets)
+        start = 0
+        for segment, rows, positions, chunk_keys, _ in pending:
+            count = len(chunk_keys)
+            if keep_entries and segment.base_offset >= task.first_dirty_offset:
+                if count == rows:  # every row entered the map
+                    result.entries[segment.base_offset] = entries[start:start + count]
+                else:
+                    row_entries = np.full(rows, -1, dtype=np.int32)
+                    row_entries[positions] = entries[start:start + count]
+                    result.entries[segment.base_offset] = row_entries
+            start += count
+            if full_at is None:
+                # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
+                offset_map.update_latest_offset(min(segment.next_offset, task.first_uncleanable_offset) - 1)
+        pending.clear()
+        pending_bytes = 0
+        return full_at
+
+    full_at: int | None = None
+    for segment in dirty:
         table = pq.read_table(segment.path, columns=MAP_COLUMNS)
         result.records_read += table.num_rows
         result.bytes_read += segment.size_bytes
         offsets, keys, eligible = _map_rows(table, task)
         positions = np.flatnonzero(eligible)
-        entries, full_at = offset_map.put_records(keys.take(pa.array(positions)), offsets[positions])
-        if keep_entries and segment.base_offset >= task.first_dirty_offset:
-            row_entries = np.full(len(offsets), -1, dtype=np.int32)
-            row_entries[positions] = entries
-            result.entries[segment.base_offset] = row_entries
-        if full_at is not None:
-            offset_map.update_latest_offset(full_at - 1)
-            result.end_offset = full_at
-            return result
-        # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
-        offset_map.update_latest_offset(min(segment.next_offset, task.first_uncleanable_offset) - 1)
-    result.end_offset = offset_map.latest_offset + 1 if len(task.dirty_segments()) else task.first_dirty_offset
+        every_row = len(positions) == len(offsets)
+        chunk_keys = keys if every_row else keys.take(pa.array(positions))
+        chunk_bytes = chunk_keys.nbytes + 8 * len(positions)
+        if pending and pending_bytes + chunk_bytes > task.dedupe_buffer_bytes:
+            full_at = flush()
+            if full_at is not None:
+                break
+        pending.append((segment, len(offsets), positions, chunk_keys, offsets if every_row else offsets[positions]))
+        pending_bytes += chunk_bytes
+    if full_at is None:
+        full_at = flush()
+    if full_at is not None:
+        offset_map.update_latest_offset(full_at - 1)
+        result.end_offset = full_at
+        return result
+    result.end_offset = offset_map.latest_offset + 1 if dirty else task.first_dirty_offset
     return result
 
 
@@ -262,8 +301,7 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
     writer = SegmentWriter(cleaned, base, task.compression)
     read = written = invalid = stamped = bytes_read = 0
     try:
-        for segment in group:
-            table = pq.read_table(segment.path)
+        for segment, table in prefetched(group):
             read += table.num_rows
             bytes_read += segment.size_bytes
             keep, dropped_invalid = retain_mask(table, task, offset_map,
@@ -280,6 +318,22 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
         raise
     return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), read, written,
                        bytes_read, sealed.meta.size_bytes, invalid, stamped)
+
+
+def prefetched(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, pa.Table]]:
+    """Each segment with its rows, the next one read on a background thread while the caller works on
+    the current one (reading decodes on Arrow's threads; filtering and writing are on the caller's)."""
+    if len(segments) < 2:
+        for segment in segments:
+            yield segment, pq.read_table(segment.path)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactlog-prefetch") as pool:
+        pending: Future[pa.Table] = pool.submit(pq.read_table, segments[0].path)
+        for i, segment in enumerate(segments):
+            table = pending.result()
+            if i + 1 < len(segments):
+                pending = pool.submit(pq.read_table, segments[i + 1].path)
+            yield segment, table
 
 
 def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int) -> tuple[pa.Table, int]:

@@ -17,6 +17,8 @@ them to decide dirty records without a second hash lookup.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,21 +48,24 @@ class OffsetMap:
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
 
-    def put_records(self, keys: pa.Array, offsets: np.ndarray) -> tuple[np.ndarray, int | None]:
-        """Add keyed records given in offset order (``keys`` without nulls).
+    def put_records(self, keys: pa.Array | Sequence[pa.Array], offsets: np.ndarray) -> tuple[np.ndarray, int | None]:
+        """Add keyed records given in offset order (``keys`` without nulls; one array or several chunks).
 
         Returns ``(entries, full_at)``: each record's entry number (-1 for records not added), and None when
         every record fit, else the offset of the first record whose key did not fit (nothing from it on was
         added). ``latest_offset`` advances to the last added record.
         """
-        n = len(keys)
+        chunks = [keys] if isinstance(keys, pa.Array) else list(keys)
+        n = sum(len(c) for c in chunks)
         if n == 0:
             return np.empty(0, dtype=np.int32), None
         m = len(self.keys)
-        combined = pa.concat_arrays([self.keys, keys]) if m else keys
-        encoded = pc.dictionary_encode(combined)
-        dictionary = encoded.dictionary
-        entries = encoded.indices.to_numpy()[m:].astype(np.int32, copy=False)
+        encoded = pc.dictionary_encode(pa.chunked_array([self.keys, *chunks], pa.binary()))
+        # Every chunk of the result shares the final dictionary; the map's own keys come first, so old
+        # entries keep their numbers and new keys follow in order of first appearance.
+        dictionary = encoded.chunks[-1].dictionary if encoded.num_chunks else self.keys
+        indices = [c.indices.to_numpy() for c in encoded.chunks]
+        entries = np.concatenate(indices)[m:].astype(np.int32, copy=False)
         new_count = len(dictionary) - m
         full_at: int | None = None
         if new_count:
@@ -85,6 +90,8 @@ class OffsetMap:
             self.latest_offset = max(self.latest_offset, int(offsets[-1]))
         self.keys = dictionary
         self.offsets = latest
+        if len(entries) == n:
+            return entries, full_at
         result = np.full(n, -1, dtype=np.int32)
         result[: len(entries)] = entries
         return result, full_at

@@ -1,0 +1,55 @@
+"""Shared helpers for benchmarks: timing medians, environment banner, data generation."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+
+def banner(title: str) -> None:
+    try:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    except ImportError:
+        spark_version = "not installed"
+    print(f"== {title}")
+    print(f"machine: {platform.machine()} {platform.processor() or ''} cores={os.cpu_count()} "
+          f"python={sys.version.split()[0]} pyarrow={pa.__version__} numpy={np.__version__} pyspark={spark_version}")
+
+
+def median_time(fn: Callable[[], Any], runs: int, setup: Callable[[], Any] | None = None) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(runs):
+        if setup is not None:
+            setup()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def keyed_table(n: int, distinct_keys: int, value_bytes: int = 100, tombstone_fraction: float = 0.0,
+                seed: int = 0, timestamp: int | None = None) -> pa.Table:
+    """``n`` records over ``distinct_keys`` keys (``key-%010d``), random values, some tombstones."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, distinct_keys, n)
+    keys = pa.array(np.char.add(b"key-", np.char.zfill(ids.astype("S10"), 10)).astype(object), pa.binary())
+    raw = rng.integers(0, 256, size=n * value_bytes, dtype=np.uint8).tobytes()
+    offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32))
+    values = pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets.buffers()[1], pa.py_buffer(raw)])
+    if tombstone_fraction:
+        mask = rng.random(n) < tombstone_fraction
+        values = pa.compute.if_else(pa.array(mask), pa.scalar(None, pa.binary()), values)
+    columns = {"key": keys, "value": values}
+    if timestamp is not None:
+        columns["timestamp"] = pa.array(np.full(n, timestamp, dtype=np.int64))
+    return pa.table(columns)

@@ -1,0 +1,154 @@
+"""The SparkSession compactlog runs on: which master, and the settings every compactlog job relies on.
+
+:func:`session` resolves the master (argument, else ``$COMPACTLOG_SPARK_MASTER``, else ``local[*]``),
+starts or reuses the process's SparkSession for it and registers the ``compactlog`` data source. Its
+defaults, each overridable through ``conf``:
+
+* executors run this process's Python (``spark.pyspark.python`` = ``sys.executable``) and see the same
+  ``compactlog`` (its source directory is put on the executors' ``PYTHONPATH``), so a virtual environment
+  works without being activated and a source checkout works without being installed;
+* quiet logs: warnings and errors only (:file:`log4j2.properties` beside this module), no console
+  progress bar, no web UI;
+* Arrow for pandas conversions; for a ``local`` master, as many shuffle partitions as cores (Spark's
+  default of 200 makes every small shuffle slow on one machine);
+* ``spark.speculation`` stays off: the cleaner's rewrite tasks write files at fixed names (see
+  :mod:`compactlog.spark.executor`), and two attempts of one task must never run at once.
+
+A JVM holds one SparkContext: asking for another master while a session is running is an
+:class:`~compactlog.errors.ExecutorError`, never a silent reuse of the wrong cluster.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ExecutorError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ENV_MASTER = "COMPACTLOG_SPARK_MASTER"
+DEFAULT_MASTER = "local[*]"
+APP_NAME = "compactlog"
+LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+
+# local, local[4], local[*], local[4,2] (2 = task retries), local[*,2]
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+# local-cluster[workers, cores per worker, memory per worker in MiB]
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]$")
+
+
+def resolve_master(master: str | None = None) -> str:
+    """The master to use: ``master``, else ``$COMPACTLOG_SPARK_MASTER``, else ``local[*]``."""
+    if master:
+        return master
+    return os.environ.get(ENV_MASTER) or DEFAULT_MASTER
+
+
+def local_cores(master: str) -> int | None:
+    """How many task slots a local master has (None for a cluster master, whose size Spark reports)."""
+    match = _LOCAL.match(master)
+    if match:
+        count = match.group(1)
+        if count is None:
+            return 1
+        return os.cpu_count() or 1 if count == "*" else max(int(count), 1)
+    match = _LOCAL_CLUSTER.match(master)
+    if match:
+        return int(match.group(1)) * int(match.group(2))
+    return None
+
+
+def _conf_value(value: object) -> str:
+    """Spark conf values are strings; Python booleans become Spark's ``true``/``false``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def default_conf(master: str, user: Mapping[str, str]) -> dict[str, str]:
+    """compactlog's defaults for ``master``, leaving out every key the user set in ``user``."""
+    defaults: dict[str, str] = {
+        "spark.app.name": APP_NAME,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.speculation": "false",
+    }
+    cores = local_cores(master)
+    if cores is not None:
+        defaults["spark.sql.shuffle.partitions"] = str(cores)
+    # The executors' Python is the driver's unless the user chose one (here or through PySpark's variables).
+    if "PYSPARK_PYTHON" not in os.environ:
+        defaults["spark.pyspark.python"] = sys.executable
+    if "PYSPARK_DRIVER_PYTHON" not in os.environ:
+        defaults["spark.pyspark.driver.python"] = sys.executable
+    # The executors import compactlog from where this process does (harmless when it is installed).
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    python_path = [package_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    defaults["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(dict.fromkeys(python_path))
+    java_options = user.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in java_options and "log4j.configuration" not in java_options:
+        defaults["spark.driver.extraJavaOptions"] = (
+            f"{java_options} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}".strip())
+    return {key: value for key, value in defaults.items()
+            if key not in user or key == "spark.driver.extraJavaOptions"}
+
+
+def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *, log_level: str = "WARN",
+            **options: Any) -> SparkSession:
+    """A SparkSession for compactlog (see the module docstring for what it sets).
+
+    Spark settings come as ``conf={"spark.executor.memory": "4g"}`` or as keyword arguments with their
+    dotted names, ``session(**{"spark.executor.memory": "4g"})``; keyword arguments win over ``conf``.
+    ``log_level`` is the driver's log level (``WARN`` by default; ``ERROR`` for silence).
+    An active session with the same master is reused (Spark's ``getOrCreate``), with ``conf`` applied
+    to it as far as a running session allows.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    resolved = resolve_master(master)
+    level = log_level.upper()
+    if level not in LOG_LEVELS:
+        raise ExecutorError(f"log_level {log_level!r} is not a log4j level; allowed: {', '.join(LOG_LEVELS)}")
+    user = {str(key): _conf_value(value) for key, value in {**(conf or {}), **options}.items()}
+    active = SparkContext._active_spark_context
+    if active is not None and active.master != resolved:
+        raise ExecutorError(
+            f"a SparkSession for master {active.master!r} is already running in this process and a JVM "
+            f"holds one SparkContext; stop it (spark.stop()) before asking for master {resolved!r}")
+    builder = SparkSession.builder.master(resolved)
+    # default_conf leaves out the user's keys, except the driver's Java options it extends.
+    for key, value in {**user, **default_conf(resolved, user)}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(level)
+    register_data_source(spark)
+    return spark
+
+
+def register_data_source(spark: SparkSession) -> bool:
+    """Register the ``compactlog`` Python data source with ``spark`` if :mod:`compactlog.spark.datasource`
+    is present; returns whether it was registered."""
+    try:
+        datasource = importlib.import_module(f"{__package__}.datasource")
+    except ModuleNotFoundError as e:
+        if e.name in ("compactlog.spark.datasource", "pyspark.sql.datasource"):
+            return False  # not built yet, or a PySpark without the Python data source API
+        raise
+    register = getattr(datasource, "register", None)
+    if callable(register):
+        register(spark)
+        return True
+    source = getattr(datasource, "CompactLogDataSource", None)
+    if source is None:
+        return False
+    spark.dataSource.register(source)
+    return True

@@ -1,0 +1,286 @@
+"""Tests for compactlog.segment: file names, the active segment's checksummed frames and their recovery,
+and sealed Parquet segments with their footer metadata."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from compactlog import CorruptSegmentError
+from compactlog import segment as segment_module
+from compactlog.record import CONTROL_COMMIT, SCHEMA, to_rows
+from compactlog.segment import (
+    FRAME_HEADER_SIZE,
+    ActiveSegment,
+    SealedSegment,
+    SegmentWriter,
+    encode_frame,
+    is_segment_name,
+    offset_from_name,
+    segment_name,
+    write_sealed,
+)
+
+
+def batch(offsets: list[int], timestamps: list[int] | None = None, controls: int = 0) -> pa.RecordBatch:
+    """SCHEMA rows with the given offsets (key = value = the offset as text)."""
+    n = len(offsets)
+    table = to_rows(pa.table({"key": [str(o) for o in offsets], "value": [str(o) for o in offsets],
+                              "timestamp": pa.array(timestamps or [1000 + o for o in offsets], pa.int64())}), 0)
+    table = table.set_column(0, SCHEMA.field(0), pa.array(offsets, pa.int64()))
+    if controls:
+        control = [CONTROL_COMMIT] * controls + [-1] * (n - controls)
+        table = table.set_column(9, SCHEMA.field(9), pa.array(control, pa.int8()))
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=SCHEMA)
+
+
+def offsets_of(batches: list[pa.RecordBatch] | pa.Table) -> list[int]:
+    if isinstance(batches, pa.Table):
+        return batches.column("offset").to_pylist()
+    return [o for b in batches for o in b.column(0).to_pylist()]
+
+
+# ------------------------------------------------------------------------------------------ names
+
+
+def test_segment_names_are_twenty_digit_base_offsets() -> None:
+    assert segment_name(42, ".parquet") == "00000000000000000042.parquet"
+    assert segment_name(2**63 - 1, ".log") == "09223372036854775807.log"
+    assert offset_from_name("00000000000000000042.parquet.deleted") == 42
+    assert is_segment_name("00000000000000000042.log")
+    assert is_segment_name("00000000000000000042.parquet.swap")
+    assert not is_segment_name(".lock")
+    assert not is_segment_name("42.log")
+    assert not is_segment_name("0000000000000000004x.log")
+
+
+def test_segment_names_sort_in_offset_order() -> None:
+    bases = [0, 9, 10, 99, 100, 12345678901]
+    assert sorted(segment_name(b, ".log") for b in reversed(bases)) == [segment_name(b, ".log") for b in bases]
+
+
+# --------------------------------------------------------------------------------- active segment
+
+
+@pytest.fixture
+def active(tmp_path: Path) -> ActiveSegment:
+    return ActiveSegment.create(str(tmp_path / segment_name(10, ".log")), 10)
+
+
+def test_a_new_active_segment_is_empty(active: ActiveSegment) -> None:
+    assert (active.size, active.record_count, active.next_offset) == (0, 0, 10)
+    assert active.first_timestamp == -1 and active.max_timestamp == -1
+    assert os.path.getsize(active.path) == 0
+    meta = active.meta()
+    assert (meta.base_offset, meta.next_offset, meta.record_count, meta.active) == (10, 10, 0, True)
+
+
+def test_frame_is_header_plus_ipc_payload(active: ActiveSegment) -> None:
+    data = encode_frame(batch([10, 11], [5, 3]))
+    assert data[:4] == b"CLB1"
+    length = int.from_bytes(data[4:8], "little")
+    assert len(data) == FRAME_HEADER_SIZE + length
+    values = np.frombuffer(data[12:44], dtype="<i8").tolist()
+    assert values == [10, 11, 5, 5]  # base offset, last offset, first timestamp, max timestamp
+
+
+def test_appended_frames_are_read_back_and_tracked(active: ActiveSegment) -> None:
+    active.append(batch([10, 11, 12], [7, 5, 9]))
+    active.append(batch([13], [4]))
+    active.flush()
+    assert active.next_offset == 14
+    assert active.record_count == 4
+    assert active.first_timestamp == 7 and active.max_timestamp == 9
+    assert active.size == os.path.getsize(active.path)
+    assert [(f.base_offset, f.last_offset) for f in active.frames] == [(10, 12), (13, 13)]
+    assert offsets_of(list(active.read_batches(10))) == [10, 11, 12, 13]
+    assert offsets_of(active.to_table()) == [10, 11, 12, 13]
+
+
+def test_read_batches_slices_to_the_offset_range(active: ActiveSegment) -> None:
+    active.append(batch([10, 11, 12]))
+    active.append(batch([13, 14, 15]))
+    assert offsets_of(list(active.read_batches(11, 14))) == [11, 12, 13]
+    assert offsets_of(list(active.read_batches(13))) == [13, 14, 15]
+    assert offsets_of(list(active.read_batches(16))) == []
+    assert offsets_of(list(active.read_batches(10, 10))) == []
+
+
+def test_frames_from_time_keeps_frames_holding_a_later_timestamp(active: ActiveSegment) -> None:
+    active.append(batch([10, 11], [100, 300]))
+    active.append(batch([12], [200]))
+    active.append(batch([13], [400]))
+    assert [f.base_offset for f in active.frames_from_time(250)] == [10, 13]
+    assert active.frames_from_time(401) == []
+
+
+def test_reopened_active_segment_has_the_same_frames(active: ActiveSegment) -> None:
+    active.append(batch([10, 11], [5, 6]))
+    active.append(batch([12], [7], controls=1))
+    reopened, invalid = ActiveSegment.open(active.path, 10, truncate=True)
+    assert invalid == 0
+    assert reopened.frames == active.frames
+    assert (reopened.record_count, reopened.control_count, reopened.max_timestamp) == (3, 1, 7)
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_open_reports_a_torn_tail_and_truncates_only_when_asked(active: ActiveSegment, truncate: bool) -> None:
+    active.append(batch([10, 11]))
+    good = active.size
+    active.append(batch([12]))
+    torn = active.size - 5
+    with open(active.path, "r+b") as f:
+        f.truncate(torn)
+    reopened, invalid = ActiveSegment.open(active.path, 10, truncate=truncate)
+    assert invalid == torn - good
+    assert reopened.next_offset == 12
+    assert os.path.getsize(active.path) == (good if truncate else torn)
+
+
+def test_a_frame_that_does_not_continue_the_offsets_ends_the_valid_prefix(active: ActiveSegment) -> None:
+    active.append(batch([10, 11]))
+    with open(active.path, "ab") as f:
+        f.write(encode_frame(batch([13])))  # skips offset 12: not written by an append of this segment
+    reopened, invalid = ActiveSegment.open(active.path, 10, truncate=True)
+    assert reopened.next_offset == 12 and invalid > 0
+
+
+def test_a_frame_with_a_bad_crc_ends_the_valid_prefix(active: ActiveSegment) -> None:
+    active.append(batch([10]))
+    frame = bytearray(encode_frame(batch([11])))
+    frame[8] ^= 1  # the CRC itself
+    with open(active.path, "ab") as f:
+        f.write(bytes(frame))
+    reopened, _ = ActiveSegment.open(active.path, 10, truncate=True)
+    assert reopened.next_offset == 11
+    assert os.path.getsize(active.path) == reopened.size
+
+
+def test_a_corrupt_first_frame_leaves_an_empty_segment(active: ActiveSegment) -> None:
+    active.append(batch([10, 11]))
+    with open(active.path, "r+b") as f:
+        f.write(b"XXXX")
+    reopened, invalid = ActiveSegment.open(active.path, 10, truncate=True)
+    assert (reopened.next_offset, reopened.size, invalid) == (10, 0, active.size)
+
+
+def test_append_after_another_writer_grew_the_file_is_refused(active: ActiveSegment) -> None:
+    active.append(batch([10]))
+    with open(active.path, "ab") as f:
+        f.write(b"someone else")
+    with pytest.raises(CorruptSegmentError, match="expected end"):
+        active.append(batch([11]))
+
+
+def test_changed_on_disk_sees_growth_and_replacement(active: ActiveSegment) -> None:
+    active.append(batch([10]))
+    assert not active.changed_on_disk()
+    with open(active.path, "ab") as f:
+        f.write(b"x")
+    assert active.changed_on_disk()
+    os.unlink(active.path)
+    assert active.changed_on_disk()
+
+
+# --------------------------------------------------------------------------------- sealed segments
+
+
+def test_write_sealed_records_the_footer_metadata(tmp_path: Path) -> None:
+    path = str(tmp_path / segment_name(10, ".parquet"))
+    rows = pa.Table.from_batches([batch([10, 11, 15], [300, 100, 200], controls=1)])
+    sealed = write_sealed(path, rows, 10, 20)
+    meta = sealed.meta
+    assert (meta.base_offset, meta.next_offset, meta.record_count, meta.control_count) == (10, 20, 3, 1)
+    assert (meta.first_timestamp, meta.max_timestamp, meta.active) == (300, 300, False)
+    assert meta.size_bytes == os.path.getsize(path)
+    assert sealed.inode == os.stat(path).st_ino
+    kv = pq.read_metadata(path).metadata
+    assert kv[b"compactlog.next_offset"] == b"20"
+    reopened = SealedSegment.open(path, 10)
+    assert reopened.meta == meta
+
+
+def test_an_empty_sealed_segment_covers_its_range(tmp_path: Path) -> None:
+    sealed = write_sealed(str(tmp_path / "s.parquet"), [], 5, 9)
+    assert (sealed.meta.record_count, sealed.meta.first_timestamp, sealed.meta.max_timestamp) == (0, -1, -1)
+    assert sealed.read().num_rows == 0
+    assert sealed.read(6, 8).num_rows == 0
+
+
+def test_segment_writer_streams_batches(tmp_path: Path) -> None:
+    writer = SegmentWriter(str(tmp_path / "s.parquet"), 0)
+    writer.write(batch([0, 1], [50, 60]))
+    writer.write(batch([]))
+    writer.write(pa.Table.from_batches([batch([4], [40])]))
+    sealed = writer.close(5)
+    assert offsets_of(sealed.read()) == [0, 1, 4]
+    assert (sealed.meta.first_timestamp, sealed.meta.max_timestamp) == (50, 60)
+    assert writer.bytes_written == sealed.meta.size_bytes
+
+
+def test_write_sealed_removes_the_file_when_writing_fails(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.parquet")
+    with pytest.raises(ValueError):  # pyarrow's ArrowInvalid is one too
+        write_sealed(path, pa.table({"offset": ["not an int"]}), 0, 1)
+    assert not os.path.exists(path)
+
+
+def test_sealed_read_with_offsets_and_gaps(tmp_path: Path) -> None:
+    sealed = write_sealed(str(tmp_path / "s.parquet"), pa.Table.from_batches([batch([10, 12, 13, 17])]), 10, 20)
+    assert offsets_of(sealed.read()) == [10, 12, 13, 17]
+    assert offsets_of(sealed.read(11)) == [12, 13, 17]
+    assert offsets_of(sealed.read(11, 17)) == [12, 13]
+    assert offsets_of(sealed.read(18)) == []
+    table = sealed.read(12, columns=["key"])
+    assert table.column_names == ["key"] and table.num_rows == 3
+
+
+def test_sealed_read_of_a_range_reads_only_its_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(segment_module, "ROW_GROUP_ROWS", 10)
+    sealed = write_sealed(str(tmp_path / "s.parquet"), pa.Table.from_batches([batch(list(range(100)))]), 0, 100)
+    with pq.ParquetFile(sealed.path) as file:
+        assert file.metadata.num_row_groups == 10
+        assert sealed.row_groups_for_offsets(file, 35, 52) == [3, 4, 5]
+        assert sealed.row_groups_for_offsets(file, 95, None) == [9]
+    assert offsets_of(sealed.read(35, 52)) == list(range(35, 52))
+
+
+def _rewrite_metadata(path: str, **changes: str) -> None:
+    table = pq.read_table(path)
+    kv = dict(pq.read_metadata(path).metadata)
+    for key, value in changes.items():
+        if value is None:
+            kv.pop(f"compactlog.{key}".encode())
+        else:
+            kv[f"compactlog.{key}".encode()] = value.encode()
+    pq.write_table(table.replace_schema_metadata(kv), path)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"record_count": "5"}, "rows but metadata says 5"),
+    ({"next_offset": None}, "missing or malformed"),
+    ({"max_timestamp": "soon"}, "missing or malformed"),
+    ({"base_offset": "11"}, "base offset 11"),
+    ({"next_offset": "12"}, r"offsets outside \[10, 12\)"),
+])
+def test_sealed_segment_with_inconsistent_metadata_raises_corrupt_segment(
+        tmp_path: Path, changes: dict[str, str], message: str) -> None:
+    path = str(tmp_path / segment_name(10, ".parquet"))
+    write_sealed(path, pa.Table.from_batches([batch([10, 11, 12])]), 10, 13)
+    _rewrite_metadata(path, **changes)
+    with pytest.raises(CorruptSegmentError, match=message) as info:
+        SealedSegment.open(path, 10)
+    assert path in str(info.value)
+
+
+def test_sealed_segment_that_is_not_parquet_raises_corrupt_segment(tmp_path: Path) -> None:
+    path = tmp_path / segment_name(0, ".parquet")
+    path.write_bytes(b"definitely not parquet")
+    with pytest.raises(CorruptSegmentError, match="unreadable Parquet footer"):
+        SealedSegment.open(str(path))
