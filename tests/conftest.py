@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+
 from support import FakeClock
 
 if TYPE_CHECKING:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,9 +52,13 @@ from .segment import (
     ActiveSegment,
     SealedSegment,
     SegmentMeta,
+    encode_stored,
+    frame_row_bytes,
     is_segment_name,
     offset_from_name,
+    omitted_columns,
     segment_name,
+    stored_columns,
     write_sealed,
 )
 
@@ -60,11 +66,11 @@ from .segment import (
 MAX_FRAME_ROWS = 65536
 # Bytes a frame costs beyond its rows (frame header plus the Arrow IPC message header).
 FRAME_OVERHEAD_BYTES = FRAME_HEADER_SIZE + 1024
-# Fixed-width bytes of one row (offset, timestamp, producer fields, flags, horizon, value offsets).
-ROW_FIXED_BYTES = 56
 # Bytes of one header beyond its name and value: two value offsets and validity bits.
 HEADER_FIXED_BYTES = 9
 READ_RETRIES = 5
+# The columns offset_for_time reads.
+_TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
 
 def fsync_dir(path: str) -> None:
@@ -75,16 +81,62 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def row_sizes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
-    """Estimated bytes of each row in the active segment, for roll-by-size decisions: never below what
-    the row adds to a frame, so a segment that rolls by size stays within ``segment.bytes``."""
-    sizes = np.full(batch.num_rows, ROW_FIXED_BYTES, dtype=np.int64)
+def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:
+    """Upper bounds of the bytes each row adds to a frame that leaves out the ``omitted`` columns, for
+    roll-by-size decisions: a segment that rolls by size stays within ``segment.bytes``."""
+    sizes = np.full(batch.num_rows, frame_row_bytes(omitted), dtype=np.int64)
     for name in ("key", "value"):
-        sizes += _int64s(pc.fill_null(pc.binary_length(batch.column(name)), 0))
+        lengths = pc.binary_length(batch.column(name))
+        sizes += _int64s(pc.fill_null(lengths, 0) if lengths.null_count else lengths)
     headers = batch.column("headers")
     if headers.null_count < len(headers):
         sizes += _int64s(pc.fill_null(header_bytes(headers, HEADER_FIXED_BYTES), 0))
     return sizes
+
+
+# A frame encoded by the helper thread (header, payload), or the error it raised instead.
+_Encoded = tuple[tuple[bytes, pa.Buffer] | None, BaseException | None]
+
+
+def _encode_ahead(batches: list[pa.RecordBatch], omitted: int) -> Iterator[tuple[bytes, pa.Buffer]]:
+    """:func:`encode_stored` of each batch, in order. With several batches a helper thread encodes one
+    frame ahead: serialising and the CRC release the GIL, so they overlap the write of the previous frame."""
+    if len(batches) < 2:
+        for batch in batches:
+            yield encode_stored(batch, omitted)
+        return
+    ready: queue.Queue[_Encoded] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def encode() -> None:
+        for batch in batches:
+            if stop.is_set():
+                return
+            try:
+                item: _Encoded = (encode_stored(batch, omitted), None)
+            except BaseException as e:  # handed to the consumer, which raises it
+                item = (None, e)
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if item[1] is not None:
+                return
+
+    worker = threading.Thread(target=encode, name="compactlog-encode", daemon=True)
+    worker.start()
+    try:
+        for _ in batches:
+            parts, error = ready.get()
+            if error is not None:
+                raise error
+            assert parts is not None
+            yield parts
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _int64s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -201,8 +253,9 @@ class Log:
 
     def _load(self) -> None:
         sealed, active = self._listing()
-        self._sealed = [SealedSegment.open(os.path.join(self.directory, sealed[b]), b) for b in sorted(sealed)]
-        for before, after in zip(self._sealed, self._sealed[1:]):
+        self._sealed = [SealedSegment.open(os.path.join(self.directory, sealed[b]), b)
+                        for b in sorted(sealed)]
+        for before, after in itertools.pairwise(self._sealed):
             if before.next_offset > after.base_offset:
                 raise CorruptSegmentError(
                     f"{self.directory}: segment {before.base_offset} ends at {before.next_offset}, "
@@ -214,7 +267,8 @@ class Log:
             self._active, self.recovered_bytes = ActiveSegment.open(
                 os.path.join(self.directory, active[base]), base, truncate=True)
         else:
-            self._active = ActiveSegment.create(os.path.join(self.directory, segment_name(end, ACTIVE_SUFFIX)), end)
+            path = os.path.join(self.directory, segment_name(end, ACTIVE_SUFFIX))
+            self._active = ActiveSegment.create(path, end)
             fsync_dir(self.directory)
 
     def _refresh(self) -> None:
@@ -231,14 +285,19 @@ class Log:
                 except FileNotFoundError:
                     changed = True
                     break
-        assert self._active is not None
-        active_name = segment_name(self._active.base_offset, ACTIVE_SUFFIX)
-        if changed or active.get(self._active.base_offset) != active_name or self._active.changed_on_disk():
-            if changed or self._active.base_offset not in active or self._active.base_offset in sealed:
-                self._recover()
-                self._load()
-            else:
-                self._active.scan(truncate=True)
+        current = self._active
+        assert current is not None
+        base = current.base_offset
+        if not changed and max(active, default=-1) == base and base not in sealed:
+            growth = current.growth_on_disk()
+            if growth == 0:
+                return
+            if growth is not None:  # appends by another process: verify and take them in
+                current.scan(truncate=True)
+                return
+        # Rolled, swapped, retention-deleted or replaced (a topic deleted and created again) elsewhere.
+        self._recover()
+        self._load()
 
     @property
     def active(self) -> ActiveSegment:
@@ -292,30 +351,52 @@ class Log:
             if config.message_timestamp_type == "LogAppendTime":
                 table = table.set_column(1, SCHEMA.field(1), pa.repeat(pa.scalar(now, pa.int64()), n))
             first_offset = self.active.next_offset
-            sizes = np.cumsum(row_sizes(table))
-            timestamps = _int64s(table.column(1))
-            roll_ms = config.roll_ms
-            start = 0
-            while start < n:
-                base_bytes = sizes[start - 1] if start else 0
-                room = config.segment_bytes - self.active.size - FRAME_OVERHEAD_BYTES
-                end = int(np.searchsorted(sizes, base_bytes + room, side="right"))
-                end = min(end, start + MAX_FRAME_ROWS, n)
-                if self.active.size:
-                    if end <= start or int(timestamps[start:end].max()) - self.active.first_timestamp > roll_ms:
-                        self._roll()
-                        continue
-                end = max(end, start + 1)  # an empty segment takes at least one record, however large
-                chunk = table.slice(start, end - start)
-                next_offset = self.active.next_offset
-                offsets = pa.array(np.arange(next_offset, next_offset + chunk.num_rows, dtype=np.int64))
-                chunk = chunk.set_column(0, SCHEMA.field(0), offsets)
-                for batch in chunk.combine_chunks().to_batches():
-                    self.active.append(batch)
-                start = end
+            omitted = omitted_columns(table)
+            frames = self._plan_frames(table, omitted, config.segment_bytes, config.roll_ms)
+            stored = table.select(stored_columns(omitted)[1])
+            batches = []
+            for start, end, _ in frames:
+                offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
+                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), pa.array(offsets))
+                batches.append(chunk.combine_chunks().to_batches()[0])
+            for (_, _, roll_first), batch, (header, payload) in zip(
+                    frames, batches, _encode_ahead(batches, omitted), strict=True):
+                if roll_first:
+                    self._roll()
+                self.active.append_encoded(header, payload, batch)
             if flush:
                 self.active.flush()
             return first_offset, now
+
+    def _plan_frames(self, table: pa.Table, omitted: int, segment_bytes: int,
+                     roll_ms: int) -> list[tuple[int, int, bool]]:
+        """Cut ``table`` into frames ``(start, end, roll_first)``: the active segment is rolled before a
+        frame that would take it past ``segment_bytes`` (by an upper bound of the frame's size), or whose
+        newest timestamp is more than ``roll_ms`` after the segment's first one."""
+        n = table.num_rows
+        sizes = np.cumsum(row_sizes(table, omitted))
+        timestamps = _int64s(table.column(1))
+        active_bytes = self.active.size
+        first_timestamp = self.active.first_timestamp
+        frames: list[tuple[int, int, bool]] = []
+        roll_first = False
+        start = 0
+        while start < n:
+            base_bytes = sizes[start - 1] if start else 0
+            room = segment_bytes - active_bytes - FRAME_OVERHEAD_BYTES
+            end = min(int(np.searchsorted(sizes, base_bytes + room, side="right")), start + MAX_FRAME_ROWS, n)
+            too_old = end > start and int(timestamps[start:end].max()) - first_timestamp > roll_ms
+            if active_bytes and (end <= start or too_old):
+                roll_first, active_bytes = True, 0
+                continue
+            end = max(end, start + 1)  # an empty segment takes at least one record, however large
+            if not active_bytes:
+                first_timestamp = int(timestamps[start])
+            frames.append((start, end, roll_first))
+            active_bytes += int(sizes[end - 1] - base_bytes) + FRAME_OVERHEAD_BYTES
+            roll_first = False
+            start = end
+        return frames
 
     def flush(self) -> None:
         with self.locked():
@@ -342,7 +423,8 @@ class Log:
         """Write ``segment`` as ``<base>.parquet`` (via ``.sealing``); the caller removes the ``.log``."""
         final = os.path.join(self.directory, segment_name(segment.base_offset, SEALED_SUFFIX))
         sealing = final + SEALING_SUFFIX
-        write_sealed(sealing, segment.to_table(), segment.base_offset, segment.next_offset, self._compression())
+        write_sealed(sealing, segment.to_table(), segment.base_offset, segment.next_offset,
+                     self._compression())
         os.replace(sealing, final)
         fsync_dir(self.directory)
         return SealedSegment.open(final, segment.base_offset)
@@ -380,10 +462,14 @@ class Log:
                         continue
                     if end_offset is not None and segment.base_offset >= end_offset:
                         return
-                    table = segment.read(position, end_offset, columns=_with_filter_columns(columns))
+                    controls = segment.meta.control_count
+                    # control_type is read only to drop markers: not at all when the segment has none.
+                    plain = controls == 0 or include_control
+                    read_columns = columns if plain else _with_filter_columns(columns)
+                    table = segment.read(position, end_offset, columns=read_columns)
                     position = segment.next_offset
                     if table.num_rows:
-                        yield _finish(table, columns, include_control, segment.meta.control_count)
+                        yield _finish(table, columns, include_control, controls)
                 if end_offset is not None and end_offset <= position:
                     return
                 for batch in active.read_batches(position, end_offset):
@@ -397,20 +483,29 @@ class Log:
         raise CorruptSegmentError(f"{self.directory}: segments kept changing during a read")
 
     def offset_for_time(self, timestamp_ms: int) -> int | None:
-        """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``."""
-        sealed, active = self.snapshot()
-        for segment in sealed:
-            if segment.meta.max_timestamp < timestamp_ms or not segment.meta.record_count:
-                continue
-            table = segment.read(columns=["offset", "timestamp", "control_type"])
-            found = _first_at_or_after(table, timestamp_ms)
-            if found is not None:
-                return found
-        for frame in active.frames_from_time(timestamp_ms):
-            found = _first_at_or_after(pa.Table.from_batches([active.read_frame(frame)]), timestamp_ms)
-            if found is not None:
-                return found
-        return None
+        """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``.
+
+        Only the first segment whose newest timestamp reaches ``timestamp_ms`` can hold it (every earlier
+        record is older), and inside it only the row groups (or frames) whose newest timestamp does."""
+        for _ in range(READ_RETRIES):
+            sealed, active = self.snapshot()
+            try:
+                for segment in sealed:
+                    if segment.meta.max_timestamp < timestamp_ms or not segment.meta.record_count:
+                        continue
+                    for table in segment.read_from_time(timestamp_ms, list(_TIME_COLUMNS)):
+                        found = _first_at_or_after(table, timestamp_ms)
+                        if found is not None:
+                            return found
+                for frame in active.frames_from_time(timestamp_ms):
+                    rows = pa.Table.from_batches([active.read_frame(frame)])
+                    found = _first_at_or_after(rows, timestamp_ms)
+                    if found is not None:
+                        return found
+                return None
+            except FileNotFoundError:
+                continue  # a roll or swap replaced a file under us: look again
+        raise CorruptSegmentError(f"{self.directory}: segments kept changing during a search")
 
     # -- deletion of whole segments (retention) and of replaced files ---------------------------------------
 
@@ -431,7 +526,8 @@ class Log:
         return removed
 
     def schedule_delete(self, path: str, delay_ms: int) -> None:
-        """Rename ``path`` to ``.deleted`` and remove it once ``delay_ms`` has passed (Kafka's async delete)."""
+        """Rename ``path`` to ``.deleted`` and remove it once ``delay_ms`` has passed (Kafka's async
+        delete)."""
         deleted = path + DELETED_SUFFIX
         os.replace(path, deleted)
         self._pending_deletes.append((self._clock() + delay_ms, deleted))
@@ -456,7 +552,8 @@ def _with_filter_columns(columns: list[str] | None) -> list[str] | None:
     return columns if "control_type" in columns else [*columns, "control_type"]
 
 
-def _finish(table: pa.Table, columns: list[str] | None, include_control: bool, control_count: int) -> pa.Table:
+def _finish(table: pa.Table, columns: list[str] | None, include_control: bool,
+            control_count: int) -> pa.Table:
     if not include_control and control_count:
         table = table.filter(pc.equal(table.column("control_type"), CONTROL_NONE))
     return table.select(columns) if columns is not None else table

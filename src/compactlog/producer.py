@@ -24,20 +24,10 @@ import pyarrow as pa
 from .config import ProducerConfig
 from .errors import InvalidRecordError, RecordTooLargeError, StoreClosedError, UnknownTopicOrPartitionError
 from .partitioner import StickyPartitioner, partitions_for_keys
-from .record import (
-    CONTROL_NONE,
-    HEADER_TYPE,
-    NO_DELETE_HORIZON,
-    NO_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    SCHEMA,
-    Headers,
-    RecordMetadata,
-    record_size,
-)
+from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows
 
 if TYPE_CHECKING:
+    from .config import TopicConfig
     from .log import Log
     from .store import Store
 
@@ -71,7 +61,8 @@ class RecordFuture:
         drained = self._accumulator.drain_now()
         if drained.error is not None:
             raise drained.error
-        assert drained.partitions is not None and drained.offsets is not None and drained.timestamps is not None
+        assert drained.partitions is not None and drained.offsets is not None
+        assert drained.timestamps is not None
         i = self._index
         return RecordMetadata(self._topic, int(drained.partitions[i]), int(drained.offsets[i]),
                               drained.timestamps[i])
@@ -81,17 +72,29 @@ class RecordFuture:
 
 
 class _Accumulator:
-    """The records buffered for one topic since its last drain."""
+    """The records buffered for one topic since its last drain.
 
-    def __init__(self, producer: Producer, topic: str, num_partitions: int) -> None:
+    The topic's config is read once, when the accumulator is created, and holds for its life (one batch):
+    a send then costs a few list appends, not a config lookup. A config change applies from the next batch.
+    """
+
+    __slots__ = ("compact", "created", "drained", "explicit", "headers", "keys", "limit", "log_append_time",
+                 "max_message_bytes", "num_partitions", "producer", "size", "timestamps", "topic", "values")
+
+    def __init__(self, producer: Producer, topic: str, num_partitions: int, config: TopicConfig,
+                 batch_size: int) -> None:
         self.producer = producer
         self.topic = topic
         self.num_partitions = num_partitions
+        self.compact = config.compact
+        self.max_message_bytes = config.max_message_bytes
+        self.log_append_time = config.message_timestamp_type == "LogAppendTime"
+        self.limit = max(batch_size, 1) * num_partitions  # drain once this many bytes are buffered
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []
-        self.headers: list[Headers | None] = []
-        self.partitions: list[int] = []
+        self.headers: dict[int, Headers] = {}  # by record index; most records have none
+        self.explicit: dict[int, int] = {}  # record index -> the partition given to send()
         self.size = 0
         self.created = time.monotonic()
         self.drained: _Drained | None = None
@@ -113,6 +116,7 @@ class Producer:
         self._buffers: dict[str, _Accumulator] = {}
         self._touched: set[tuple[str, int]] = set()
         self._sticky = StickyPartitioner()
+        self._clock = store.clock
         self._closed = False
         self._wakeup = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
@@ -126,45 +130,63 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, topic: str, key: bytes | None = None, value: bytes | None = None, timestamp: int | None = None,
-             headers: Sequence[tuple[str, bytes | None]] | None = None, partition: int | None = None) -> RecordFuture:
+    def send(self, topic: str, key: bytes | None = None, value: bytes | None = None,
+             timestamp: int | None = None, headers: Sequence[tuple[str, bytes | None]] | None = None,
+             partition: int | None = None) -> RecordFuture:
         """Buffer one record; ``value=None`` sends a tombstone. Returns a future of its RecordMetadata."""
         if self._closed:
             raise StoreClosedError("producer is closed")
-        if key is not None and not isinstance(key, bytes | bytearray | memoryview):
-            raise InvalidRecordError(f"key must be bytes or None, not {type(key).__name__}")
-        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise InvalidRecordError(f"value must be bytes or None, not {type(value).__name__}")
-        header_list = _check_headers(headers)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if timestamp is not None and (type(timestamp) is not int or timestamp < 0):
+            # Checked here: a bad one found at the drain would fail every record of its batch.
+            raise InvalidRecordError(
+                f"timestamp must be a non-negative int (epoch ms) or None, not {timestamp!r}")
+        size = RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0)
+        if value is not None:
+            size += len(value)
+        header_list = None
+        if headers:
+            header_list = _check_headers(headers)
+            size += sum(len(name.encode()) + (len(data) if data is not None else 0)
+                        for name, data in header_list)
         with self._lock:
             buffer = self._buffers.get(topic)
             if buffer is None:
-                config = self.store.topic_config(topic)
-                buffer = _Accumulator(self, topic, self.store.partitions(topic))
-                self._buffers[topic] = buffer
-            config = self.store.topic_config(topic)
-            if key is None and config.compact:
+                buffer = self._new_accumulator(topic)
+            if key is None and buffer.compact:
                 raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
-            size = record_size(key, value, header_list)
-            if size > config.max_message_bytes:
+            if size > buffer.max_message_bytes:
                 raise RecordTooLargeError(
-                    f"a record of {size} bytes is larger than max.message.bytes={config.max_message_bytes} "
+                    f"a record of {size} bytes is larger than max.message.bytes={buffer.max_message_bytes} "
                     f"of {topic!r}")
-            if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
-                                          or not 0 <= partition < buffer.num_partitions):
-                raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has partitions 0..{buffer.num_partitions - 1}; no partition {partition!r}")
             index = len(buffer.keys)
-            buffer.keys.append(bytes(key) if key is not None else None)
-            buffer.values.append(bytes(value) if value is not None else None)
-            buffer.timestamps.append(timestamp if timestamp is not None else self.store.clock())
-            buffer.headers.append(header_list or None)
-            buffer.partitions.append(-1 if partition is None else partition)
+            if not index:
+                buffer.created = time.monotonic()  # linger.ms counts from the batch's first record
+            if partition is not None:
+                if type(partition) is not int or not 0 <= partition < buffer.num_partitions:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic!r} has partitions 0..{buffer.num_partitions - 1}; "
+                        f"no partition {partition!r}")
+                buffer.explicit[index] = partition
+            if header_list:
+                buffer.headers[index] = header_list
+            buffer.keys.append(key)
+            buffer.values.append(value)
+            buffer.timestamps.append(timestamp if timestamp is not None else self._clock())
             buffer.size += size
             future = RecordFuture(topic, buffer, index)
-            if buffer.size >= max(self.config.batch_size, 1) * buffer.num_partitions:
+            if buffer.size >= buffer.limit:
                 self._drain(buffer)
             return future
+
+    def _new_accumulator(self, topic: str) -> _Accumulator:
+        config = self.store.topic_config(topic)  # raises for an unknown topic, before anything is buffered
+        buffer = _Accumulator(self, topic, self.store.partitions(topic), config, self.config.batch_size)
+        self._buffers[topic] = buffer
+        return buffer
 
     def flush(self) -> None:
         """Append everything buffered and fsync it: after this returns every sent record is durable."""
@@ -176,14 +198,17 @@ class Producer:
             self.store.log(topic, partition).flush()
 
     def close(self) -> None:
+        """Flush, then stop. The producer is closed even when the flush fails (the error is raised)."""
         if self._closed:
             return
-        self.flush()
-        with self._lock:
-            self._closed = True
-            self._wakeup.notify_all()
-        if self._sender is not None:
-            self._sender.join(timeout=5)
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                self._wakeup.notify_all()
+            if self._sender is not None and self._sender is not threading.current_thread():
+                self._sender.join(timeout=5)
 
     def _linger_loop(self) -> None:
         linger = self.config.linger_ms / 1000.0
@@ -211,45 +236,62 @@ class Producer:
     def _append_buffer(self, buffer: _Accumulator, drained: _Drained) -> None:
         n = len(buffer.keys)
         keys = pa.array(buffer.keys, pa.binary())
-        partitions = np.asarray(buffer.partitions, dtype=np.int32)
-        unassigned = partitions < 0
-        if unassigned.any():
-            keyed = unassigned & ~np.asarray(keys.is_null(), dtype=bool)
+        partitions = np.full(n, -1, dtype=np.int32)
+        for index, partition in buffer.explicit.items():
+            partitions[index] = partition
+        if buffer.num_partitions == 1:
+            partitions[:] = 0
+        elif len(buffer.explicit) < n:
+            unassigned = partitions < 0
+            keyed = unassigned & ~np.asarray(keys.is_null(), dtype=bool) if keys.null_count else unassigned
             if keyed.any():
-                partitions[keyed] = partitions_for_keys(keys.filter(pa.array(keyed)), buffer.num_partitions)
+                hashed = keys if keyed.all() else keys.filter(pa.array(keyed))
+                partitions[keyed] = partitions_for_keys(hashed, buffer.num_partitions)
             keyless = unassigned & ~keyed
             if keyless.any():
                 sticky = self._sticky.partition(buffer.topic, buffer.num_partitions)
                 partitions[keyless] = sticky
                 self._sticky.on_new_batch(buffer.topic, buffer.num_partitions, sticky)
-        rows = pa.table([
-            pa.array(np.zeros(n, np.int64)),
-            pa.array(buffer.timestamps, pa.int64()),
-            keys,
-            pa.array(buffer.values, pa.binary()),
-            pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in buffer.headers], HEADER_TYPE),
-            pa.repeat(pa.scalar(NO_PRODUCER_ID, pa.int64()), n),
-            pa.repeat(pa.scalar(NO_EPOCH, pa.int16()), n),
-            pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n),
-            pa.repeat(pa.scalar(False, pa.bool_()), n),
-            pa.repeat(pa.scalar(CONTROL_NONE, pa.int8()), n),
-            pa.repeat(pa.scalar(NO_DELETE_HORIZON, pa.int64()), n),
-        ], schema=SCHEMA)
+        header_column = None
+        if buffer.headers:
+            header_column = pa.array(
+                [[{"key": k, "value": v} for k, v in buffer.headers[i]] if i in buffer.headers else None
+                 for i in range(n)], HEADER_TYPE)
+        rows = data_rows(pa.array(buffer.timestamps, pa.int64()), keys, pa.array(buffer.values, pa.binary()),
+                         header_column)
         offsets = np.empty(n, dtype=np.int64)
-        timestamps = list(buffer.timestamps)
-        for partition in np.unique(partitions):
-            positions = np.flatnonzero(partitions == partition)
-            log: Log = self.store.log(buffer.topic, int(partition))
-            part_rows = rows if len(positions) == n else rows.take(pa.array(positions))
+        timestamps = buffer.timestamps
+        targets = [0] if buffer.num_partitions == 1 else np.unique(partitions).tolist()
+        for partition in targets:
+            log: Log = self.store.log(buffer.topic, partition)
+            if len(targets) == 1:
+                positions = None
+                part_rows = rows
+            else:
+                positions = np.flatnonzero(partitions == partition)
+                part_rows = rows.take(pa.array(positions))
             first, append_time = log.append(part_rows, flush=False)
-            offsets[positions] = np.arange(first, first + len(positions))
-            if self.store.topic_config(buffer.topic).message_timestamp_type == "LogAppendTime":
-                for p in positions:
-                    timestamps[p] = append_time
-            self._touched.add((buffer.topic, int(partition)))
+            if positions is None:
+                offsets[:] = np.arange(first, first + n)
+            else:
+                offsets[positions] = np.arange(first, first + len(positions))
+            if buffer.log_append_time:
+                if positions is None:
+                    timestamps = [append_time] * n
+                else:
+                    timestamps = list(timestamps) if timestamps is buffer.timestamps else timestamps
+                    for p in positions.tolist():
+                        timestamps[p] = append_time
+            self._touched.add((buffer.topic, partition))
         drained.partitions = partitions
         drained.offsets = offsets
         drained.timestamps = timestamps
+
+
+def _as_bytes(data: object, what: str) -> bytes:
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise InvalidRecordError(f"{what} must be bytes or None, not {type(data).__name__}")
 
 
 def _check_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> Headers:
@@ -263,6 +305,7 @@ def _check_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> Header
         if not isinstance(name, str):
             raise InvalidRecordError(f"header key must be str, not {type(name).__name__}")
         if value is not None and not isinstance(value, bytes | bytearray):
-            raise InvalidRecordError(f"header {name!r} value must be bytes or None, not {type(value).__name__}")
+            raise InvalidRecordError(
+                f"header {name!r} value must be bytes or None, not {type(value).__name__}")
         result.append((name, bytes(value) if value is not None else None))
     return result

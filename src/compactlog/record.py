@@ -41,8 +41,12 @@ NO_DELETE_HORIZON = -1
 CONTROL_NONE = -1
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
+# A producer's last batch emptied by the cleaner: kept (without key, value or headers) only so the
+# producer's sequence and epoch survive, as Kafka keeps an empty batch header. Never returned to readers.
+CONTROL_EMPTY_BATCH = 2
 
-HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
+HEADER_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]))
 
 SCHEMA = pa.schema(
     [
@@ -97,7 +101,8 @@ class RecordMetadata(NamedTuple):
 
 def record_size(key: bytes | None, value: bytes | None, headers: Headers | None) -> int:
     """The size of one record as counted against ``max.message.bytes``."""
-    size = RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    size = RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0)
+    size += len(value) if value is not None else 0
     if headers:
         for header_key, header_value in headers:
             size += len(header_key.encode()) + (len(header_value) if header_value is not None else 0)
@@ -127,7 +132,8 @@ _BINARY_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
 def _as_binary(column: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArray | pa.Array:
     if column.type == pa.binary():
         return column
-    if column.type in _BINARY_TYPES or pa.types.is_fixed_size_binary(column.type) or pa.types.is_null(column.type):
+    if (column.type in _BINARY_TYPES or pa.types.is_fixed_size_binary(column.type)
+            or pa.types.is_null(column.type)):
         return column.cast(pa.binary())
     from .errors import InvalidRecordError
 
@@ -144,7 +150,8 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     elif isinstance(data, pa.RecordBatch):
         table = pa.Table.from_batches([data])
     else:
-        raise InvalidRecordError(f"bulk append takes a pyarrow Table or RecordBatch, not {type(data).__name__}")
+        raise InvalidRecordError(
+            f"bulk append takes a pyarrow Table or RecordBatch, not {type(data).__name__}")
     names = set(table.column_names)
     missing = {"key", "value"} - names
     if missing:
@@ -171,21 +178,64 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 raise InvalidRecordError(f"column 'headers' must be {HEADER_TYPE}, not {headers.type}") from e
     else:
-        headers = pa.nulls(n, HEADER_TYPE)
-    columns = [
-        pa.repeat(pa.scalar(0, pa.int64()), n),
+        headers = None
+    key = _as_binary(table.column("key"), "key")
+    return data_rows(timestamp, key, _as_binary(table.column("value"), "value"), headers)
+
+
+# Constant columns of up to this many rows are slices of one cached array: no allocation per batch.
+_CACHED_CONSTANT_ROWS = 65536
+_constants: dict[tuple[object, pa.DataType], pa.Array] = {}
+
+
+def constant_chunks(value: object, type_: pa.DataType, n: int) -> pa.Array | pa.ChunkedArray:
+    """:func:`constant_column` for any ``n`` without allocating: chunks, each a slice of the cached array."""
+    if n <= _CACHED_CONSTANT_ROWS:
+        return constant_column(value, type_, n)
+    full, rest = divmod(n, _CACHED_CONSTANT_ROWS)
+    chunk = constant_column(value, type_, _CACHED_CONSTANT_ROWS)
+    return pa.chunked_array([chunk] * full + ([chunk.slice(0, rest)] if rest else []), type_)
+
+
+def constant_column(value: object, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of ``value`` (None: nulls) as an array of ``type_``."""
+    if n > _CACHED_CONSTANT_ROWS:
+        if value is None:
+            return null_headers(n) if type_ == HEADER_TYPE else pa.nulls(n, type_)
+        return pa.repeat(pa.scalar(value, type_), n)
+    cached = _constants.get((value, type_))
+    if cached is None:
+        cached = constant_column(value, type_, _CACHED_CONSTANT_ROWS + 1)
+        _constants[(value, type_)] = cached
+    return cached.slice(0, n)
+
+
+def null_headers(n: int) -> pa.Array:
+    """``n`` null header lists. Not ``pa.nulls``: that gives the nested children buffers of ``n`` entries,
+    which Arrow IPC then writes out whole for every slice, so each frame would carry them."""
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], HEADER_TYPE.value_type),
+                                    type=HEADER_TYPE, mask=pa.array(np.ones(n, bool)))
+
+
+def data_rows(timestamp: pa.Array | pa.ChunkedArray, key: pa.Array | pa.ChunkedArray,
+              value: pa.Array | pa.ChunkedArray,
+              headers: pa.Array | pa.ChunkedArray | None = None) -> pa.Table:
+    """Data records in :data:`SCHEMA` from their user columns: offsets are placeholders (the log assigns
+    them), the producer fields say "none", no control records, no delete horizon."""
+    n = len(key)
+    return pa.Table.from_arrays([
+        constant_chunks(0, pa.int64(), n),
         timestamp,
-        _as_binary(table.column("key"), "key"),
-        _as_binary(table.column("value"), "value"),
-        headers,
-        pa.repeat(pa.scalar(NO_PRODUCER_ID, pa.int64()), n),
-        pa.repeat(pa.scalar(NO_EPOCH, pa.int16()), n),
-        pa.repeat(pa.scalar(NO_SEQUENCE, pa.int32()), n),
-        pa.repeat(pa.scalar(False, pa.bool_()), n),
-        pa.repeat(pa.scalar(CONTROL_NONE, pa.int8()), n),
-        pa.repeat(pa.scalar(NO_DELETE_HORIZON, pa.int64()), n),
-    ]
-    return pa.Table.from_arrays(columns, schema=SCHEMA)
+        key,
+        value,
+        constant_chunks(None, HEADER_TYPE, n) if headers is None else headers,
+        constant_chunks(NO_PRODUCER_ID, pa.int64(), n),
+        constant_chunks(NO_EPOCH, pa.int16(), n),
+        constant_chunks(NO_SEQUENCE, pa.int32(), n),
+        constant_chunks(False, pa.bool_(), n),
+        constant_chunks(CONTROL_NONE, pa.int8(), n),
+        constant_chunks(NO_DELETE_HORIZON, pa.int64(), n),
+    ], schema=SCHEMA)
 
 
 def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic: str) -> None:
@@ -194,7 +244,8 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
 
     keys = rows.column("key")
     data = pa.compute.equal(rows.column("control_type"), CONTROL_NONE)
-    if compacted and keys.null_count and pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py():
+    keyless_data = keys.null_count and pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py()
+    if compacted and keyless_data:
         raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
     if rows.num_rows == 0:
         return

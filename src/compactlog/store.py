@@ -3,9 +3,11 @@
 Layout of ``<data-dir>``:
 
 * ``<topic>-<partition>/``: one partition's log (:mod:`compactlog.log`);
-* ``.topics/<topic>.json``: a topic's metadata ``{"name", "partitions", "config": {overrides}}``, written
-  to a temporary file, fsynced and renamed: creating this file is the moment a topic exists, removing it
-  the moment it is deleted (its partition directories are then renamed ``-delete`` and removed);
+* ``.topics/<topic>.json``: a topic's metadata ``{"name", "partitions", "config": {overrides},
+  "topic_id"}`` (the id is new at every creation, so a store can tell a re-created topic from the one it
+  had open), written to a temporary file, fsynced and renamed: creating this file is the moment a topic
+  exists, removing it the moment it is deleted (its partition directories are then renamed ``-delete``
+  and removed);
 * ``cleaner-offset-checkpoint``: the cleaner's next dirty offset per partition, in Kafka's text format;
 * ``server.properties`` (optional): data-directory defaults under Kafka's broker names.
 
@@ -15,7 +17,6 @@ one data directory; each partition's appends are serialised by the partition loc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -38,7 +39,6 @@ from .errors import (
 )
 from .log import Log, fsync_dir
 from .record import READ_COLUMNS, Record, check_rows, to_rows
-from .segment import SegmentMeta
 
 if TYPE_CHECKING:
     from .cleaner.cleaner import CleanReport
@@ -64,7 +64,8 @@ def validate_topic_name(name: object) -> str:
     if len(name) > MAX_TOPIC_NAME:
         raise InvalidTopicError(f"topic name is {len(name)} characters; at most {MAX_TOPIC_NAME} are allowed")
     if not TOPIC_NAME.fullmatch(name):  # not match(): "$" would let a trailing newline through
-        raise InvalidTopicError(f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
+        raise InvalidTopicError(
+            f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
     return name
 
 
@@ -112,6 +113,7 @@ class _TopicMeta:
     overrides: dict[str, Any]
     config: TopicConfig
     stamp: tuple[int, int] = field(default=(0, 0))
+    topic_id: str | None = None  # new for every creation of the name (Kafka's topic id, KIP-516)
 
 
 class Store:
@@ -128,13 +130,15 @@ class Store:
         self._remove_deleted_partitions()
         self._topics: dict[str, _TopicMeta] = {}
         self._logs: dict[tuple[str, int], Log] = {}
+        self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         self._closed = False
         from .cleaner.state import CleanerState
 
         self.cleaner_state = CleanerState()
 
     def _remove_deleted_partitions(self) -> None:
-        """Finish topic deletions a crash interrupted: remove ``*-delete`` directories (as Kafka's startup)."""
+        """Finish topic deletions a crash interrupted: remove ``*-delete`` directories (as Kafka does at
+        startup)."""
         for name in os.listdir(self.data_dir):
             path = os.path.join(self.data_dir, name)
             if name.endswith(DELETE_DIR_SUFFIX) and os.path.isdir(path):
@@ -165,12 +169,14 @@ class Store:
     def _meta_path(self, topic: str) -> str:
         return os.path.join(self.data_dir, TOPICS_DIR, f"{topic}.json")
 
-    def _write_meta(self, topic: str, partitions: int, overrides: Mapping[str, Any]) -> None:
+    def _write_meta(self, topic: str, partitions: int, overrides: Mapping[str, Any],
+                    topic_id: str | None) -> None:
         path = self._meta_path(topic)
         # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
         tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"name": topic, "partitions": partitions, "config": dict(overrides)}, f, sort_keys=True)
+            meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
+            json.dump(meta, f, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -192,7 +198,7 @@ class Store:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
         meta = _TopicMeta(topic, int(raw["partitions"]), dict(raw["config"]),
-                          topic_config(raw["config"], self.broker), stamp)
+                          topic_config(raw["config"], self.broker), stamp, raw.get("topic_id"))
         self._topics[topic] = meta
         return meta
 
@@ -212,7 +218,7 @@ class Store:
                 shutil.rmtree(directory)
             os.makedirs(directory)
         fsync_dir(self.data_dir)
-        self._write_meta(name, partitions, {k: parsed.get(k) for k in overrides})
+        self._write_meta(name, partitions, {k: parsed.get(k) for k in overrides}, uuid.uuid4().hex)
 
     def topics(self) -> list[str]:
         self._check_open()
@@ -235,7 +241,7 @@ class Store:
                 overrides.pop(key, None)
             else:
                 overrides[key] = new_config.get(key)
-        self._write_meta(topic, meta.partitions, overrides)
+        self._write_meta(topic, meta.partitions, overrides, meta.topic_id)
         return self._meta(topic).config
 
     def delete_topic(self, topic: str) -> None:
@@ -264,15 +270,20 @@ class Store:
     def log(self, topic: str, partition: int) -> Log:
         """The log of one partition, opened (and recovered) on first use."""
         meta = self._meta(topic)
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < meta.partitions:
-            raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0..{meta.partitions - 1}; there is no partition {partition!r}")
+        is_int = isinstance(partition, int) and not isinstance(partition, bool)
+        if not is_int or not 0 <= partition < meta.partitions:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has partitions 0..{meta.partitions - 1}; "
+                                               f"there is no partition {partition!r}")
         key = (topic, partition)
         log = self._logs.get(key)
+        if log is not None and self._log_topic_ids.get(key) != meta.topic_id:
+            log.close()  # the topic was deleted and created again (by another store): a new log
+            log = None
         if log is None:
             log = Log(self._partition_dir(topic, partition), topic, partition,
                       lambda: self._meta(topic).config, self.clock)
             self._logs[key] = log
+            self._log_topic_ids[key] = meta.topic_id
         return log
 
     def partition_logs(self, topic: str | None = None) -> Iterator[Log]:
@@ -287,6 +298,7 @@ class Store:
         (``batch_size``, ``linger_ms``, ``transactional_id``, ``transaction_timeout_ms``)."""
         from .producer import Producer
 
+        self._check_open()
         return Producer(self, producer_config({k.replace("_", "."): v for k, v in configs.items()}))
 
     def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch) -> AppendResult:

@@ -14,23 +14,25 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from support import FakeClock
 
 import compactlog
 from compactlog.record import NO_DELETE_HORIZON, SCHEMA
+from support import FakeClock
 
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}
 ALL_COLUMNS = list(SCHEMA.names)
 
 
-def append(store: compactlog.Store, topic: str, pairs: list[tuple[str, str | None]], partition: int = 0) -> None:
+def append(store: compactlog.Store, topic: str, pairs: list[tuple[str, str | None]],
+           partition: int = 0) -> None:
     """Append ``(key, value)`` pairs as one batch; a None value is a tombstone."""
     store.append(topic, partition, pa.table({
         "key": pa.array([k.encode() for k, _ in pairs], pa.binary()),
         "value": pa.array([None if v is None else v.encode() for _, v in pairs], pa.binary())}))
 
 
-def records(store: compactlog.Store, topic: str, partition: int = 0) -> list[tuple[int, str | None, str | None]]:
+def records(store: compactlog.Store, topic: str,
+            partition: int = 0) -> list[tuple[int, str | None, str | None]]:
     """``(offset, key, value)`` of every record from the log start, as text."""
     def text(b: bytes | None) -> str | None:
         return None if b is None else b.decode()
@@ -50,8 +52,8 @@ def horizons(store: compactlog.Store, topic: str, partition: int = 0) -> dict[in
     """Offset -> delete horizon of every record that has one."""
     table = store.read_arrow(topic, partition, store.log_start_offset(topic, partition),
                              columns=["offset", "delete_horizon_ms"])
-    return {o: h for o, h in zip(table.column("offset").to_pylist(), table.column("delete_horizon_ms").to_pylist())
-            if h != NO_DELETE_HORIZON}
+    offsets, stamps = table.column("offset").to_pylist(), table.column("delete_horizon_ms").to_pylist()
+    return {o: h for o, h in zip(offsets, stamps, strict=True) if h != NO_DELETE_HORIZON}
 
 
 class CleanerContract:
@@ -72,13 +74,15 @@ class CleanerContract:
             self, store: compactlog.Store, executor: Any) -> None:
         # segment.bytes=14: every record rolls into its own segment; p5:17 stays in the active segment.
         store.create_topic("prices", 1, {**COMPACT, "segment.bytes": 14})
-        for key, value in zip("p3 p5 p3 p6 p6 p5 p5".split(), ["10", "7", "11", "25", "12", "14", "17"]):
+        keys, values = ["p3", "p5", "p3", "p6", "p6", "p5", "p5"], ["10", "7", "11", "25", "12", "14", "17"]
+        for key, value in zip(keys, values, strict=True):
             append(store, "prices", [(key, value)])
 
         report = store.clean(executor=executor)
 
         assert [(p.topic, p.partition) for p in report.partitions] == [("prices", 0)]
-        assert records(store, "prices") == [(2, "p3", "11"), (4, "p6", "12"), (5, "p5", "14"), (6, "p5", "17")]
+        assert records(store, "prices") == [(2, "p3", "11"), (4, "p6", "12"), (5, "p5", "14"),
+                                            (6, "p5", "17")]
         assert report.partitions[0].end_offset == 6
         assert report.partitions[0].records_written == 3
 
@@ -91,8 +95,8 @@ class CleanerContract:
 
         store.clean(executor=executor)
 
-        assert records(store, "t") == [(15, "k0", "v15"), (16, "k1", "v16"), (17, "k2", "v17"), (18, "k3", "v18"),
-                                       (19, "k4", "v19"), (20, "k0", "active")]
+        assert records(store, "t") == [(15, "k0", "v15"), (16, "k1", "v16"), (17, "k2", "v17"),
+                                       (18, "k3", "v18"), (19, "k4", "v19"), (20, "k0", "active")]
         assert store.log_start_offset("t", 0) == 0
         assert store.log_end_offset("t", 0) == 21
         # A read from inside the gap starts at the next record, as a Kafka consumer does.
@@ -190,7 +194,7 @@ class CleanerContract:
         with compactlog.open(data, clock=clock) as store:
             store.create_topic("t", 1, {**COMPACT, "segment.bytes": 2000})
             latest: dict[str, tuple[int, str]] = {}
-            pairs = [(f"key-{rng.randrange(120):04d}", f"v{i}") for i in range(400)]
+            pairs = [(f"key-{rng.randrange(60):04d}", f"v{i}") for i in range(200)]
             for start in range(0, len(pairs), 25):
                 append(store, "t", pairs[start:start + 25])
             store.roll("t", 0)
@@ -205,18 +209,17 @@ class CleanerContract:
                 passes += 1
                 assert report.partitions[0].map_utilization <= 0.9 + 1e-9
 
-            # 120 keys of 8 bytes need 120 * 32 bytes; a map of 921 bytes holds 28 of them.
-            assert passes >= 4
+            # 60 keys of 8 bytes need 60 * 32 bytes; a map of 921 bytes holds 28 of them.
+            assert passes >= 3
             expected = sorted((offset, key, value) for key, (offset, value) in latest.items())
             assert records(store, "t") == expected
 
     # -- identical to the in-process reference ------------------------------------------------------------
 
-    @pytest.mark.parametrize("seed", [1, 2])
     def test_a_random_workload_gives_the_records_of_the_in_process_reference(
-            self, tmp_path: Any, executor: Any, seed: int) -> None:
+            self, tmp_path: Any, executor: Any) -> None:
         clock = FakeClock()
-        rng = random.Random(seed)
+        rng = random.Random(1)
         dirs = [tmp_path / "reference", tmp_path / "subject"]
         for directory in dirs:
             os.makedirs(directory)
@@ -228,7 +231,8 @@ class CleanerContract:
                 store.create_topic("t", 2, config)
             for _ in range(5):
                 for partition in range(2):
-                    pairs = [(f"k{rng.randrange(60):03d}", None if rng.random() < 0.15 else f"v{rng.random():.6f}")
+                    pairs = [(f"k{rng.randrange(60):03d}",
+                              None if rng.random() < 0.15 else f"v{rng.random():.6f}")
                              for _ in range(rng.randrange(20, 120))]
                     for store in (reference, subject):
                         append(store, "t", pairs, partition)
@@ -264,6 +268,21 @@ class TestInProcess(CleanerContract):
 
 @pytest.mark.spark
 class TestSpark(CleanerContract):
+    """Spark as a pass uses it: these small partitions each run their whole round in one task."""
+
     @pytest.fixture
     def executor(self, spark: Any) -> Any:
+        return spark
+
+
+@pytest.mark.spark
+class TestSparkSplit(CleanerContract):
+    """Spark with every partition split over the task slots: bin maps merged on the driver, the exact
+    per-segment path when the dedupe buffer fills, rewrites against a broadcast map."""
+
+    @pytest.fixture
+    def executor(self, spark: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+        from compactlog.spark import executor
+
+        monkeypatch.setattr(executor, "SPLIT_POLICY", "always")
         return spark

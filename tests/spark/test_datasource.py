@@ -1,4 +1,5 @@
-"""Tests for the ``compactlog`` PySpark data source: batch reads (offset options, gaps, splitting) and writes."""
+"""Tests for the ``compactlog`` PySpark data source: batch reads (offset options, gaps, splitting) and
+writes."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def test_schema_is_kafkas_and_matches_the_arrow_batches(spark: SparkSession, dat
 
     compactlog.open(data_dir).create_topic("t", 1)
     assert source(spark, data_dir).schema == SPARK_SCHEMA
-    assert SPARK_SCHEMA.fieldNames() == ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+    assert SPARK_SCHEMA.fieldNames() == ["topic", "partition", "offset", "timestamp", "key", "value",
+                                         "headers"]
     assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC") == tasks.OUTPUT_SCHEMA
 
 
@@ -91,7 +93,8 @@ def test_reads_skip_the_offset_gaps_compaction_leaves(spark: SparkSession, data_
     assert {r.key: r.value for r in latest} == model
 
 
-def test_latest_mode_with_ending_offsets_is_the_state_as_of_that_offset(spark: SparkSession, data_dir: str) -> None:
+def test_latest_mode_with_ending_offsets_is_the_state_as_of_that_offset(
+        spark: SparkSession, data_dir: str) -> None:
     store = compactlog.open(data_dir)
     store.create_topic("t", 1, {"cleanup.policy": "compact"})
     store.append("t", 0, pa.table({"key": [b"a", b"b", b"a", b"b", b"c"],
@@ -120,12 +123,13 @@ def test_dataframe_writer_appends_with_kafka_style_columns(spark: SparkSession, 
     store.create_topic("t", 3, {"cleanup.policy": "compact"})
     df = spark.createDataFrame(
         [("a", "1", 1_000, [("h", b"x")], 9), ("b", "2", 2_000, None, 9), ("a", None, 3_000, None, 9)],
-        "id string, body string, timestamp long, headers array<struct<key:string,value:binary>>, partition int")
+        "id string, body string, timestamp long, headers array<struct<key:string,value:binary>>, "
+        "partition int")
     (df.coalesce(1).write.format("compactlog").option("path", data_dir).option("topic", "t")
      .option("keyColumn", "id").option("valueColumn", "body").mode("append").save())
     records = [(r.key, r.value, r.timestamp, r.headers) for p in range(3) for r in store.read("t", p, 0)]
-    assert sorted(records, key=lambda r: r[2]) == [(b"a", b"1", 1_000, [("h", b"x")]), (b"b", b"2", 2_000, []),
-                                                  (b"a", None, 3_000, [])]
+    assert sorted(records, key=lambda r: r[2]) == [
+        (b"a", b"1", 1_000, [("h", b"x")]), (b"b", b"2", 2_000, []), (b"a", None, 3_000, [])]
     assert source(spark, data_dir, mode="latest").select("key").collect()[0].key == b"b"
 
 

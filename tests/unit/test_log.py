@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from support import FakeClock
 
 import compactlog
 from compactlog import (
@@ -21,6 +20,7 @@ from compactlog import (
 )
 from compactlog.record import HEADER_TYPE
 from compactlog.segment import SEALING_SUFFIX, SealedSegment, segment_name
+from support import FakeClock
 
 HOUR_MS = 3_600_000
 
@@ -32,8 +32,13 @@ def store(tmp_path: Path, clock: FakeClock) -> compactlog.Store:
 
 
 def rows(n: int, start: int = 0, **extra: object) -> pa.Table:
-    return pa.table({"key": [b"k%d" % i for i in range(start, start + n)],
-                     "value": [b"v%d" % i for i in range(start, start + n)], **extra})
+    return pa.table(
+        {
+            "key": [b"k%d" % i for i in range(start, start + n)],
+            "value": [b"v%d" % i for i in range(start, start + n)],
+            **extra,
+        }
+    )
 
 
 def contents(store: compactlog.Store, topic: str = "t", partition: int = 0) -> list[tuple]:
@@ -49,18 +54,27 @@ def segment_files(store: compactlog.Store, topic: str = "t", partition: int = 0)
 # ---------------------------------------------------------------------------------------- bulk append
 
 
-def test_append_assigns_consecutive_offsets_and_returns_them(store: compactlog.Store, clock: FakeClock) -> None:
+def test_append_assigns_consecutive_offsets_and_returns_them(
+    store: compactlog.Store, clock: FakeClock
+) -> None:
     store.create_topic("t")
     first = store.append("t", 0, rows(3))
     second = store.append("t", 0, rows(2, start=3))
-    assert (first.topic, first.partition, first.base_offset, first.last_offset, first.record_count) == ("t", 0, 0, 2, 3)
+    assert (first.topic, first.partition, first.base_offset, first.last_offset, first.record_count) == (
+        "t",
+        0,
+        0,
+        2,
+        3,
+    )
     assert (second.base_offset, second.last_offset, second.record_count) == (3, 4, 2)
     assert contents(store) == [(i, clock.now, b"k%d" % i, b"v%d" % i, []) for i in range(5)]
     assert store.log_end_offset("t", 0) == 5
 
 
 def test_append_keeps_given_timestamps_and_fills_missing_ones_with_now(
-        store: compactlog.Store, clock: FakeClock) -> None:
+    store: compactlog.Store, clock: FakeClock
+) -> None:
     store.create_topic("t")
     store.append("t", 0, rows(3, timestamp=pa.array([5, None, 7], pa.int64())))
     store.append("t", 0, rows(1, start=3, timestamp=pa.array([8], pa.int32())))
@@ -123,7 +137,8 @@ BAD_TABLES = {
 
 @pytest.mark.parametrize("bad", BAD_TABLES.values(), ids=BAD_TABLES.keys())
 def test_append_of_a_malformed_table_raises_and_leaves_the_log_untouched(
-        store: compactlog.Store, bad: pa.Table) -> None:
+    store: compactlog.Store, bad: pa.Table
+) -> None:
     store.create_topic("t")
     store.append("t", 0, rows(3))
     before = contents(store)
@@ -137,7 +152,7 @@ def test_append_of_a_malformed_table_raises_and_leaves_the_log_untouched(
 def test_append_of_something_not_arrow_raises_invalid_record(store: compactlog.Store, bad: object) -> None:
     store.create_topic("t")
     with pytest.raises(InvalidRecordError):
-        store.append("t", 0, bad)  # type: ignore[arg-type]
+        store.append("t", 0, bad)
     assert store.log_end_offset("t", 0) == 0
 
 
@@ -172,7 +187,8 @@ def test_append_counts_headers_against_max_message_bytes(store: compactlog.Store
 
 
 def test_log_append_time_topic_stamps_records_with_the_append_time(
-        store: compactlog.Store, clock: FakeClock) -> None:
+    store: compactlog.Store, clock: FakeClock
+) -> None:
     store.create_topic("t", config={"message.timestamp.type": "LogAppendTime"})
     store.append("t", 0, rows(2, timestamp=pa.array([1, 2], pa.int64())))
     clock.advance(10)
@@ -183,8 +199,16 @@ def test_log_append_time_topic_stamps_records_with_the_append_time(
 def test_append_larger_than_a_frame_is_stored_whole(store: compactlog.Store) -> None:
     store.create_topic("t")
     n = 70_000  # more rows than one active-segment frame holds
-    store.append("t", 0, pa.table({"key": pa.array(np.arange(n).astype(str)).cast(pa.binary()),
-                                   "value": pa.array(["v"] * n).cast(pa.binary())}))
+    store.append(
+        "t",
+        0,
+        pa.table(
+            {
+                "key": pa.array(np.arange(n).astype(str)).cast(pa.binary()),
+                "value": pa.array(["v"] * n).cast(pa.binary()),
+            }
+        ),
+    )
     table = store.read_arrow("t", 0)
     assert table.column("offset").to_pylist() == list(range(n))
     assert table.column("key")[n - 1].as_py() == str(n - 1).encode()
@@ -220,7 +244,9 @@ def test_read_at_the_log_end_is_empty(store: compactlog.Store) -> None:
 
 
 @pytest.mark.parametrize("offset", [-1, 4, 100])
-def test_read_outside_the_log_raises_offset_out_of_range_at_once(store: compactlog.Store, offset: int) -> None:
+def test_read_outside_the_log_raises_offset_out_of_range_at_once(
+    store: compactlog.Store, offset: int
+) -> None:
     store.create_topic("t")
     store.append("t", 0, rows(3))
     with pytest.raises(OffsetOutOfRangeError, match="log end 3"):
@@ -242,7 +268,8 @@ def test_read_arrow_returns_the_same_rows_as_read(store: compactlog.Store) -> No
     assert table.column("key").to_pylist() == [r.key for r in records]
     assert table.column("value").to_pylist() == [r.value for r in records]
     assert [[(h["key"], h["value"]) for h in row or []] for row in table.column("headers").to_pylist()] == [
-        r.headers for r in records]
+        r.headers for r in records
+    ]
 
 
 def test_read_arrow_selects_columns(store: compactlog.Store) -> None:
@@ -282,7 +309,7 @@ def test_read_skips_offset_gaps_left_by_compaction(gappy: compactlog.Store) -> N
 
 @pytest.mark.parametrize("start", [0, 1, 3, 6, 7])
 def test_read_from_inside_a_gap_starts_at_the_next_record(gappy: compactlog.Store, start: int) -> None:
-    assert [r.offset for r in gappy.read("t", 0, start)][0] == 7
+    assert next(r.offset for r in gappy.read("t", 0, start)) == 7
     assert gappy.read_arrow("t", 0, start).column("offset").to_pylist() == [7, 8, 9]
 
 
@@ -323,12 +350,33 @@ def timed(tmp_path_factory: pytest.TempPathFactory) -> compactlog.Store:
         yield store
 
 
-@pytest.mark.parametrize(("ts", "expected"), [
-    (0, 0), (100, 0), (101, 1), (250, 1), (300, 1), (301, 3), (400, 3), (401, 5), (500, 5), (501, 6),
-    (600, 6), (650, 6), (900, 6), (901, 9), (1000, 9), (1001, 10), (1060, 10), (1100, 10), (1101, None),
-])
+@pytest.mark.parametrize(
+    ("ts", "expected"),
+    [
+        (0, 0),
+        (100, 0),
+        (101, 1),
+        (250, 1),
+        (300, 1),
+        (301, 3),
+        (400, 3),
+        (401, 5),
+        (500, 5),
+        (501, 6),
+        (600, 6),
+        (650, 6),
+        (900, 6),
+        (901, 9),
+        (1000, 9),
+        (1001, 10),
+        (1060, 10),
+        (1100, 10),
+        (1101, None),
+    ],
+)
 def test_offset_for_time_is_the_first_offset_at_or_after_the_timestamp(
-        timed: compactlog.Store, ts: int, expected: int | None) -> None:
+    timed: compactlog.Store, ts: int, expected: int | None
+) -> None:
     assert timed.offset_for_time("t", 0, ts) == expected
 
 
@@ -338,15 +386,17 @@ def test_offset_for_time_of_an_empty_log_is_none(store: compactlog.Store) -> Non
 
 
 def test_offset_for_time_reads_only_the_segment_holding_the_offset(
-        timed: compactlog.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    timed: compactlog.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     read_bases: list[int] = []
-    original = SealedSegment.read
+    for name in ("read", "read_from_time"):
+        original = getattr(SealedSegment, name)
 
-    def counting_read(self: SealedSegment, *args: object, **kwargs: object) -> pa.Table:
-        read_bases.append(self.base_offset)
-        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+        def spy(self: SealedSegment, *args: object, _original=original, **kwargs: object):  # type: ignore[no-untyped-def]
+            read_bases.append(self.base_offset)
+            return _original(self, *args, **kwargs)
 
-    monkeypatch.setattr(SealedSegment, "read", counting_read)
+        monkeypatch.setattr(SealedSegment, name, spy)
     assert timed.offset_for_time("t", 0, 450) == 5
     assert read_bases == [3]
     read_bases.clear()
@@ -399,7 +449,8 @@ def test_a_record_larger_than_segment_bytes_gets_a_segment_of_its_own(store: com
 
 
 def test_segment_ms_rolls_when_the_first_record_is_older_than_it(
-        store: compactlog.Store, clock: FakeClock) -> None:
+    store: compactlog.Store, clock: FakeClock
+) -> None:
     store.create_topic("t", config={"segment.ms": HOUR_MS})
     store.append("t", 0, rows(1))
     clock.advance(HOUR_MS)
@@ -412,7 +463,8 @@ def test_segment_ms_rolls_when_the_first_record_is_older_than_it(
 
 
 def test_segment_ms_is_measured_from_the_first_record_timestamp(
-        store: compactlog.Store, clock: FakeClock) -> None:
+    store: compactlog.Store, clock: FakeClock
+) -> None:
     store.create_topic("t", config={"segment.ms": HOUR_MS})
     old = clock.now - 2 * HOUR_MS
     store.append("t", 0, rows(1, timestamp=pa.array([old], pa.int64())))
@@ -428,11 +480,15 @@ def test_old_timestamps_alone_do_not_roll_every_append(store: compactlog.Store) 
 
 
 def test_compacted_topic_rolls_by_max_compaction_lag_when_it_is_shorter(
-        store: compactlog.Store, clock: FakeClock) -> None:
-    store.create_topic("c", config={"cleanup.policy": "compact", "segment.ms": 10 * HOUR_MS,
-                                    "max.compaction.lag.ms": HOUR_MS})
-    store.create_topic("d", config={"cleanup.policy": "delete", "segment.ms": 10 * HOUR_MS,
-                                    "max.compaction.lag.ms": HOUR_MS})
+    store: compactlog.Store, clock: FakeClock
+) -> None:
+    store.create_topic(
+        "c",
+        config={"cleanup.policy": "compact", "segment.ms": 10 * HOUR_MS, "max.compaction.lag.ms": HOUR_MS},
+    )
+    store.create_topic(
+        "d", config={"cleanup.policy": "delete", "segment.ms": 10 * HOUR_MS, "max.compaction.lag.ms": HOUR_MS}
+    )
     for topic in ("c", "d"):
         store.append(topic, 0, rows(1))
     clock.advance(HOUR_MS + 1)
@@ -442,9 +498,13 @@ def test_compacted_topic_rolls_by_max_compaction_lag_when_it_is_shorter(
     assert [s.record_count for s in store.describe("d")[0].segments] == [2]  # delete topics: segment.ms only
 
 
-def test_compacted_topic_rolls_by_segment_ms_when_it_is_shorter(store: compactlog.Store, clock: FakeClock) -> None:
-    store.create_topic("c", config={"cleanup.policy": "compact", "segment.ms": HOUR_MS,
-                                    "max.compaction.lag.ms": 10 * HOUR_MS})
+def test_compacted_topic_rolls_by_segment_ms_when_it_is_shorter(
+    store: compactlog.Store, clock: FakeClock
+) -> None:
+    store.create_topic(
+        "c",
+        config={"cleanup.policy": "compact", "segment.ms": HOUR_MS, "max.compaction.lag.ms": 10 * HOUR_MS},
+    )
     store.append("c", 0, rows(1))
     clock.advance(HOUR_MS + 1)
     store.append("c", 0, rows(1, start=1))
@@ -471,7 +531,8 @@ def _reopen(tmp_path: Path, clock: FakeClock) -> compactlog.Store:
 
 @pytest.mark.parametrize("garbage", [b"\x00", b"junk" * 100, b"CLB1" + b"\xff" * 60])
 def test_garbage_after_the_last_frame_is_truncated_on_reopen(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store, garbage: bytes) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store, garbage: bytes
+) -> None:
     expected = _fill(store)
     path = store.log("t", 0).active.path
     size = os.path.getsize(path)
@@ -487,7 +548,8 @@ def test_garbage_after_the_last_frame_is_truncated_on_reopen(
 
 
 def test_every_cut_inside_the_last_frame_loses_only_that_frame(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     expected = _fill(store, sealed=1, active=3)
     log = store.log("t", 0)
     path, frames = log.active.path, list(log.active.frames)
@@ -503,7 +565,8 @@ def test_every_cut_inside_the_last_frame_loses_only_that_frame(
 
 
 def test_a_flipped_byte_in_the_last_frame_truncates_that_frame(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     expected = _fill(store, sealed=1, active=3)
     log = store.log("t", 0)
     path, last = log.active.path, log.active.frames[-1]
@@ -517,7 +580,8 @@ def test_a_flipped_byte_in_the_last_frame_truncates_that_frame(
 
 
 def test_a_corrupt_sealed_segment_footer_raises_corrupt_segment(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     _fill(store)
     path = os.path.join(store.log("t", 0).directory, segment_name(3, ".parquet"))
     store.close()
@@ -529,7 +593,8 @@ def test_a_corrupt_sealed_segment_footer_raises_corrupt_segment(
 
 
 def test_a_truncated_sealed_segment_raises_corrupt_segment(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     _fill(store)
     path = os.path.join(store.log("t", 0).directory, segment_name(0, ".parquet"))
     store.close()
@@ -539,17 +604,22 @@ def test_a_truncated_sealed_segment_raises_corrupt_segment(
 
 
 def test_a_sealed_segment_under_the_wrong_name_raises_corrupt_segment(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     _fill(store)
     directory = store.log("t", 0).directory
     store.close()
-    os.rename(os.path.join(directory, segment_name(3, ".parquet")), os.path.join(directory, segment_name(4, ".parquet")))
+    os.rename(
+        os.path.join(directory, segment_name(3, ".parquet")),
+        os.path.join(directory, segment_name(4, ".parquet")),
+    )
     with _reopen(tmp_path, clock) as reopened, pytest.raises(CorruptSegmentError, match="base offset 3"):
         reopened.log_end_offset("t", 0)
 
 
 def test_a_leftover_sealing_file_is_removed_and_the_log_kept(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     expected = _fill(store)
     log = store.log("t", 0)
     active_name = os.path.basename(log.active.path)
@@ -558,13 +628,18 @@ def test_a_leftover_sealing_file_is_removed_and_the_log_kept(
     Path(sealing).write_bytes(b"PAR1 half written")  # a roll that crashed while writing Parquet
     with _reopen(tmp_path, clock) as reopened:
         assert contents(reopened) == expected
-        assert segment_files(reopened) == [segment_name(0, ".parquet"), segment_name(3, ".parquet"), active_name]
+        assert segment_files(reopened) == [
+            segment_name(0, ".parquet"),
+            segment_name(3, ".parquet"),
+            active_name,
+        ]
         reopened.roll("t", 0)
         assert contents(reopened) == expected
 
 
 def test_a_log_beside_its_parquet_is_removed_as_a_finished_roll(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     expected = _fill(store)
     log = store.log("t", 0)
     active = log.active.path
@@ -574,13 +649,16 @@ def test_a_log_beside_its_parquet_is_removed_as_a_finished_roll(
     shutil.copy(str(tmp_path / "saved.log"), active)  # as if the crash came before the old .log was removed
     with _reopen(tmp_path, clock) as reopened:
         assert contents(reopened) == expected
-        assert segment_files(reopened) == [segment_name(b, ".parquet") for b in (0, 3, 6)] + [segment_name(9, ".log")]
+        assert segment_files(reopened) == [segment_name(b, ".parquet") for b in (0, 3, 6)] + [
+            segment_name(9, ".log")
+        ]
         reopened.append("t", 0, rows(1, start=9))
         assert [r.offset for r in reopened.read("t", 0)] == list(range(10))
 
 
 def test_a_roll_that_crashed_before_the_next_log_was_created_recovers(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     expected = _fill(store)
     log = store.log("t", 0)
     active = log.active.path
@@ -597,7 +675,8 @@ def test_a_roll_that_crashed_before_the_next_log_was_created_recovers(
 
 
 def test_an_older_log_without_its_parquet_is_sealed_again(
-        tmp_path: Path, clock: FakeClock, store: compactlog.Store) -> None:
+    tmp_path: Path, clock: FakeClock, store: compactlog.Store
+) -> None:
     expected = _fill(store)
     log = store.log("t", 0)
     active = log.active.path
@@ -610,4 +689,38 @@ def test_an_older_log_without_its_parquet_is_sealed_again(
     shutil.copy(str(tmp_path / "saved.log"), active)
     with _reopen(tmp_path, clock) as reopened:
         assert contents(reopened) == expected
-        assert segment_files(reopened) == [segment_name(b, ".parquet") for b in (0, 3, 6)] + [segment_name(9, ".log")]
+        assert segment_files(reopened) == [segment_name(b, ".parquet") for b in (0, 3, 6)] + [
+            segment_name(9, ".log")
+        ]
+
+
+def test_reads_during_appends_and_rolls_see_a_whole_prefix(store: compactlog.Store) -> None:
+    import threading
+
+    store.create_topic("t", config={"segment.bytes": 1200})
+    done = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                table = store.read_arrow("t", 0)
+                n = table.num_rows
+                assert table.column("offset").to_pylist() == list(range(n))
+                assert table.column("key").to_pylist() == [b"k%d" % i for i in range(n)]
+                seen.append(n)
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for start in range(0, 300, 3):
+            store.append("t", 0, rows(3, start=start))
+    finally:
+        done.set()
+        thread.join()
+    assert not errors, errors[0]
+    assert len(store.describe("t")[0].segments) > 10
+    assert seen == sorted(seen)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
-from support import FakeClock
 
 import compactlog
 from compactlog import (
@@ -16,6 +16,7 @@ from compactlog import (
     UnknownTopicOrPartitionError,
 )
 from compactlog.partitioner import partition_for_key
+from support import FakeClock
 
 
 @pytest.fixture
@@ -52,7 +53,8 @@ def test_future_result_makes_the_record_readable_before_flush(store: compactlog.
 
 
 def test_flush_makes_every_sent_record_readable_by_another_store(
-        store: compactlog.Store, tmp_path: Path) -> None:
+    store: compactlog.Store, tmp_path: Path
+) -> None:
     producer = store.producer(linger_ms=0)
     for i in range(50):
         producer.send("events", key=b"k%d" % i, value=b"v%d" % i)
@@ -94,7 +96,8 @@ def test_keyed_records_go_to_kafkas_default_partition(store: compactlog.Store) -
         assert future.result().partition == partition_for_key(key, 3)
     for partition in range(3):
         assert {r[1] for r in records(store, "table", partition)} == {
-            key for key in keys if partition_for_key(key, 3) == partition}
+            key for key in keys if partition_for_key(key, 3) == partition
+        }
 
 
 def test_an_explicit_partition_beats_the_key(store: compactlog.Store) -> None:
@@ -117,13 +120,14 @@ def test_keyless_records_move_to_another_partition_after_each_batch(store: compa
     with store.producer(linger_ms=0, batch_size=0) as producer:  # every record is a batch of its own
         futures = [producer.send("events", value=b"%d" % i) for i in range(30)]
     partitions = [f.result().partition for f in futures]
-    assert all(a != b for a, b in zip(partitions, partitions[1:]))
+    assert all(a != b for a, b in itertools.pairwise(partitions))
     assert set(partitions) == {0, 1, 2}
     assert sum(store.log_end_offset("events", p) for p in range(3)) == 30
 
 
 def test_keyless_record_on_a_compacted_topic_is_refused_and_nothing_else_is_touched(
-        store: compactlog.Store) -> None:
+    store: compactlog.Store,
+) -> None:
     with store.producer(linger_ms=0) as producer:
         producer.send("table", key=b"a", value=b"1", partition=0).result()
         with pytest.raises(InvalidRecordError, match="without a key"):
@@ -142,7 +146,7 @@ def test_tombstones_are_sent_as_none_values(store: compactlog.Store) -> None:
 @pytest.mark.parametrize(("key", "value"), [("a", b"v"), (b"k", "v"), (1, b"v"), (b"k", 1), (b"k", [b"v"])])
 def test_key_and_value_must_be_bytes(store: compactlog.Store, key: object, value: object) -> None:
     with store.producer(linger_ms=0) as producer, pytest.raises(InvalidRecordError, match="must be bytes"):
-        producer.send("events", key=key, value=value, partition=0)  # type: ignore[arg-type]
+        producer.send("events", key=key, value=value, partition=0)
     assert store.log_end_offset("events", 0) == 0
 
 
@@ -157,13 +161,17 @@ def test_headers_round_trip(store: compactlog.Store) -> None:
         producer.send("events", key=b"a", value=b"1", partition=0, headers=[("trace", b"t1"), ("none", None)])
         producer.send("events", key=b"b", value=b"2", partition=0, headers=[["list", b"ok"]])
         producer.send("events", key=b"c", value=b"3", partition=0)
-    assert [r[3] for r in records(store, "events", 0)] == [[("trace", b"t1"), ("none", None)], [("list", b"ok")], []]
+    assert [r[3] for r in records(store, "events", 0)] == [
+        [("trace", b"t1"), ("none", None)],
+        [("list", b"ok")],
+        [],
+    ]
 
 
 @pytest.mark.parametrize("headers", [[("k",)], [(b"k", b"v")], [("k", "v")], ["kv"], [("k", 1)]])
 def test_malformed_headers_are_refused(store: compactlog.Store, headers: object) -> None:
     with store.producer(linger_ms=0) as producer, pytest.raises(InvalidRecordError, match="header"):
-        producer.send("events", key=b"a", value=b"1", headers=headers)  # type: ignore[arg-type]
+        producer.send("events", key=b"a", value=b"1", headers=headers)
 
 
 def test_record_over_max_message_bytes_is_refused(store: compactlog.Store) -> None:
@@ -185,7 +193,7 @@ def test_unknown_topic_is_refused_at_send(store: compactlog.Store) -> None:
 @pytest.mark.parametrize("partition", [3, -1, True, "0"])
 def test_unknown_partition_is_refused_at_send(store: compactlog.Store, partition: object) -> None:
     with store.producer(linger_ms=0) as producer, pytest.raises(UnknownTopicOrPartitionError):
-        producer.send("events", key=b"a", value=b"1", partition=partition)  # type: ignore[arg-type]
+        producer.send("events", key=b"a", value=b"1", partition=partition)
 
 
 def test_log_append_time_topic_reports_the_append_time(store: compactlog.Store, clock: FakeClock) -> None:
@@ -232,3 +240,15 @@ def test_a_producer_keeps_sending_after_its_topic_config_changes(store: compactl
         with pytest.raises(RecordTooLargeError):
             producer.send("events", key=b"a", value=b"x" * 100, partition=0)
     assert store.log_end_offset("events", 0) == 1
+
+
+@pytest.mark.parametrize("timestamp", [-1, 1.5, "now", True])
+def test_a_bad_timestamp_is_refused_at_send_and_the_batch_goes_on(
+    store: compactlog.Store, timestamp: object
+) -> None:
+    with store.producer(linger_ms=0) as producer:
+        good = producer.send("events", key=b"a", value=b"1", partition=0)
+        with pytest.raises(InvalidRecordError, match="timestamp"):
+            producer.send("events", key=b"b", value=b"2", partition=0, timestamp=timestamp)
+    assert good.result().offset == 0
+    assert records(store, "events", 0) == [(0, b"a", b"1", [])]

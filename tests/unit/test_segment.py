@@ -4,6 +4,8 @@ and sealed Parquet segments with their footer metadata."""
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from compactlog import segment as segment_module
 from compactlog.record import CONTROL_COMMIT, SCHEMA, to_rows
 from compactlog.segment import (
     FRAME_HEADER_SIZE,
+    OMITTABLE_DEFAULTS,
     ActiveSegment,
     SealedSegment,
     SegmentWriter,
@@ -30,8 +33,16 @@ from compactlog.segment import (
 def batch(offsets: list[int], timestamps: list[int] | None = None, controls: int = 0) -> pa.RecordBatch:
     """SCHEMA rows with the given offsets (key = value = the offset as text)."""
     n = len(offsets)
-    table = to_rows(pa.table({"key": [str(o) for o in offsets], "value": [str(o) for o in offsets],
-                              "timestamp": pa.array(timestamps or [1000 + o for o in offsets], pa.int64())}), 0)
+    table = to_rows(
+        pa.table(
+            {
+                "key": [str(o) for o in offsets],
+                "value": [str(o) for o in offsets],
+                "timestamp": pa.array(timestamps or [1000 + o for o in offsets], pa.int64()),
+            }
+        ),
+        0,
+    )
     table = table.set_column(0, SCHEMA.field(0), pa.array(offsets, pa.int64()))
     if controls:
         control = [CONTROL_COMMIT] * controls + [-1] * (n - controls)
@@ -62,7 +73,9 @@ def test_segment_names_are_twenty_digit_base_offsets() -> None:
 
 def test_segment_names_sort_in_offset_order() -> None:
     bases = [0, 9, 10, 99, 100, 12345678901]
-    assert sorted(segment_name(b, ".log") for b in reversed(bases)) == [segment_name(b, ".log") for b in bases]
+    assert sorted(segment_name(b, ".log") for b in reversed(bases)) == [
+        segment_name(b, ".log") for b in bases
+    ]
 
 
 # --------------------------------------------------------------------------------- active segment
@@ -83,11 +96,41 @@ def test_a_new_active_segment_is_empty(active: ActiveSegment) -> None:
 
 def test_frame_is_header_plus_ipc_payload(active: ActiveSegment) -> None:
     data = encode_frame(batch([10, 11], [5, 3]))
-    assert data[:4] == b"CLB1"
+    assert data[:4] == b"CLB2"
     length = int.from_bytes(data[4:8], "little")
     assert len(data) == FRAME_HEADER_SIZE + length
-    values = np.frombuffer(data[12:44], dtype="<i8").tolist()
+    omitted, reserved, rows = struct.unpack_from("<HHI", data, 12)
+    assert (reserved, rows) == (0, 2)
+    values = np.frombuffer(data[20:52], dtype="<i8").tolist()
     assert values == [10, 11, 5, 5]  # base offset, last offset, first timestamp, max timestamp
+    # Every column that holds only its default is left out of the payload.
+    assert omitted == sum(1 << i for i in OMITTABLE_DEFAULTS)
+
+
+def test_columns_with_other_values_are_stored_and_read_back(active: ActiveSegment) -> None:
+    rows = batch([10, 11], controls=1)
+    rows = rows.set_column(5, SCHEMA.field(5), pa.array([7, -1], pa.int64()))
+    headers = pa.array([None, [{"key": "h", "value": b"x"}]], SCHEMA.field("headers").type)
+    rows = rows.set_column(4, SCHEMA.field(4), headers)
+    active.append(rows)
+    stored = ~active.frames[0].omitted
+    for name in ("headers", "producer_id", "control_type"):
+        assert stored >> SCHEMA.get_field_index(name) & 1
+    assert pa.Table.from_batches(active.read_batches(10)).equals(pa.Table.from_batches([rows]))
+    reopened, _ = ActiveSegment.open(active.path, 10, truncate=False)
+    assert reopened.control_count == 1
+    assert pa.Table.from_batches(reopened.read_batches(10)).equals(pa.Table.from_batches([rows]))
+
+
+def test_omitted_columns_read_back_as_their_defaults(active: ActiveSegment) -> None:
+    rows = batch([10, 11, 12])
+    active.append(rows)
+    read = pa.Table.from_batches(active.read_batches(10))
+    assert read.schema == SCHEMA
+    assert read.equals(pa.Table.from_batches([rows]))
+    assert read.column("headers").null_count == 3
+    assert read.column("producer_id").to_pylist() == [-1, -1, -1]
+    assert read.column("is_transactional").to_pylist() == [False] * 3
 
 
 def test_appended_frames_are_read_back_and_tracked(active: ActiveSegment) -> None:
@@ -130,7 +173,9 @@ def test_reopened_active_segment_has_the_same_frames(active: ActiveSegment) -> N
 
 
 @pytest.mark.parametrize("truncate", [True, False])
-def test_open_reports_a_torn_tail_and_truncates_only_when_asked(active: ActiveSegment, truncate: bool) -> None:
+def test_open_reports_a_torn_tail_and_truncates_only_when_asked(
+    active: ActiveSegment, truncate: bool
+) -> None:
     active.append(batch([10, 11]))
     good = active.size
     active.append(batch([12]))
@@ -232,7 +277,9 @@ def test_write_sealed_removes_the_file_when_writing_fails(tmp_path: Path) -> Non
 
 
 def test_sealed_read_with_offsets_and_gaps(tmp_path: Path) -> None:
-    sealed = write_sealed(str(tmp_path / "s.parquet"), pa.Table.from_batches([batch([10, 12, 13, 17])]), 10, 20)
+    sealed = write_sealed(
+        str(tmp_path / "s.parquet"), pa.Table.from_batches([batch([10, 12, 13, 17])]), 10, 20
+    )
     assert offsets_of(sealed.read()) == [10, 12, 13, 17]
     assert offsets_of(sealed.read(11)) == [12, 13, 17]
     assert offsets_of(sealed.read(11, 17)) == [12, 13]
@@ -241,14 +288,32 @@ def test_sealed_read_with_offsets_and_gaps(tmp_path: Path) -> None:
     assert table.column_names == ["key"] and table.num_rows == 3
 
 
-def test_sealed_read_of_a_range_reads_only_its_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sealed_read_of_a_range_reads_only_its_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(segment_module, "ROW_GROUP_ROWS", 10)
-    sealed = write_sealed(str(tmp_path / "s.parquet"), pa.Table.from_batches([batch(list(range(100)))]), 0, 100)
+    sealed = write_sealed(
+        str(tmp_path / "s.parquet"), pa.Table.from_batches([batch(list(range(100)))]), 0, 100
+    )
     with pq.ParquetFile(sealed.path) as file:
         assert file.metadata.num_row_groups == 10
         assert sealed.row_groups_for_offsets(file, 35, 52) == [3, 4, 5]
         assert sealed.row_groups_for_offsets(file, 95, None) == [9]
     assert offsets_of(sealed.read(35, 52)) == list(range(35, 52))
+
+
+def test_read_from_time_skips_row_groups_older_than_the_timestamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(segment_module, "ROW_GROUP_ROWS", 10)
+    stamps = [100 * (i // 10) + (i % 10) for i in range(50)]  # group g holds 100g .. 100g + 9
+    stamps[25] = 5  # an old timestamp inside group 2 does not change its newest
+    sealed = write_sealed(
+        str(tmp_path / "s.parquet"), pa.Table.from_batches([batch(list(range(50)), stamps)]), 0, 50
+    )
+    groups = list(sealed.read_from_time(205, ["offset", "timestamp"]))
+    assert [g.column("offset")[0].as_py() for g in groups] == [20, 30, 40]
+    assert list(sealed.read_from_time(10_000, ["offset"])) == []
 
 
 def _rewrite_metadata(path: str, **changes: str) -> None:
@@ -262,15 +327,19 @@ def _rewrite_metadata(path: str, **changes: str) -> None:
     pq.write_table(table.replace_schema_metadata(kv), path)
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"record_count": "5"}, "rows but metadata says 5"),
-    ({"next_offset": None}, "missing or malformed"),
-    ({"max_timestamp": "soon"}, "missing or malformed"),
-    ({"base_offset": "11"}, "base offset 11"),
-    ({"next_offset": "12"}, r"offsets outside \[10, 12\)"),
-])
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"record_count": "5"}, "rows but metadata says 5"),
+        ({"next_offset": None}, "missing or malformed"),
+        ({"max_timestamp": "soon"}, "missing or malformed"),
+        ({"base_offset": "11"}, "base offset 11"),
+        ({"next_offset": "12"}, r"offsets outside \[10, 12\)"),
+    ],
+)
 def test_sealed_segment_with_inconsistent_metadata_raises_corrupt_segment(
-        tmp_path: Path, changes: dict[str, str], message: str) -> None:
+    tmp_path: Path, changes: dict[str, str], message: str
+) -> None:
     path = str(tmp_path / segment_name(10, ".parquet"))
     write_sealed(path, pa.Table.from_batches([batch([10, 11, 12])]), 10, 13)
     _rewrite_metadata(path, **changes)
@@ -284,3 +353,27 @@ def test_sealed_segment_that_is_not_parquet_raises_corrupt_segment(tmp_path: Pat
     path.write_bytes(b"definitely not parquet")
     with pytest.raises(CorruptSegmentError, match="unreadable Parquet footer"):
         SealedSegment.open(str(path))
+
+
+def legacy_frame(rows: pa.RecordBatch) -> bytes:
+    """A frame of the first format: magic "CLB1", a 44-byte header, every column stored."""
+    payload = rows.serialize().to_pybytes()
+    offsets, timestamps = rows.column(0).to_pylist(), rows.column(1).to_pylist()
+    rest = struct.pack("<qqqq", offsets[0], offsets[-1], timestamps[0], max(timestamps))
+    return b"CLB1" + struct.pack("<II", len(payload), zlib.crc32(payload, zlib.crc32(rest))) + rest + payload
+
+
+def test_frames_of_the_first_format_are_still_read(active: ActiveSegment) -> None:
+    old = batch([10, 11], [5, 6], controls=1)
+    with open(active.path, "ab") as f:
+        f.write(legacy_frame(old))
+    reopened, invalid = ActiveSegment.open(active.path, 10, truncate=True)
+    assert invalid == 0
+    assert (reopened.next_offset, reopened.record_count, reopened.control_count) == (12, 2, 1)
+    reopened.append(batch([12]))  # new frames follow old ones in the same file
+    again, invalid = ActiveSegment.open(active.path, 10, truncate=True)
+    assert invalid == 0
+    table = pa.Table.from_batches(again.read_batches(10))
+    assert table.column("offset").to_pylist() == [10, 11, 12]
+    assert table.slice(0, 2).equals(pa.Table.from_batches([old]))
+    assert again.frames[0].header_size == 44 and again.frames[1].header_size == FRAME_HEADER_SIZE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -59,7 +60,7 @@ def test_isolation_levels_are_kafkas() -> None:
 
 
 def test_offset_words_apply_to_every_partition() -> None:
-    assert parse_offsets("startingOffsets", "earliest", "t", 3, LATEST) == {0: EARLIEST, 1: EARLIEST, 2: EARLIEST}
+    assert parse_offsets("startingOffsets", "earliest", "t", 3, LATEST) == dict.fromkeys(range(3), EARLIEST)
     assert parse_offsets("endingOffsets", " Latest ", "t", 2, EARLIEST) == {0: LATEST, 1: LATEST}
     assert parse_offsets("endingOffsets", None, "t", 2, LATEST) == {0: LATEST, 1: LATEST}
 
@@ -98,7 +99,7 @@ def test_split_range_pieces_cover_the_range_without_overlap() -> None:
     for target in (1, 50, 90, 200, 10_000):
         pieces = split_range(segments, 3, 131, target)
         assert pieces[0][0] == 3 and pieces[-1][1] == 131
-        assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(pieces))
 
 
 def test_rate_limit_spreads_the_budget_by_backlog_as_kafka() -> None:

@@ -35,7 +35,7 @@ def read_all(data_dir: str, partitions: int, latest: bool = False) -> dict[int, 
 
 def test_a_task_that_cannot_see_the_data_directory_says_so(tmp_path: Path) -> None:
     missing = str(tmp_path / "not-shared")
-    with pytest.raises(ExecutorError, match="cannot see the data directory.*shared filesystem"):
+    with pytest.raises(ExecutorError, match=r"cannot see the data directory.*shared filesystem"):
         list(tasks.read_range(missing, "t", 0, 0, None))
     assert not (tmp_path / "not-shared").exists()  # nothing was created on the "executor"
     compactlog.open(missing).close()  # a directory without the topic: a local copy, not the driver's
@@ -132,7 +132,8 @@ def test_read_latest_folds_segments_with_a_small_reduce_budget(data_dir: str) ->
             else:
                 model[k] = v
     assert len(store.log("t", 0).sealed_segments()) > 3
-    rows = pa.Table.from_batches(list(tasks.read_latest(data_dir, "t", 0, 0, None, reduce_bytes=1))).to_pylist()
+    batches = list(tasks.read_latest(data_dir, "t", 0, 0, None, reduce_bytes=1))
+    rows = pa.Table.from_batches(batches).to_pylist()
     assert {r["key"]: r["value"] for r in rows} == model
     assert [r["offset"] for r in rows] == sorted(r["offset"] for r in rows)
 

@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CleanerError, CompactLogError
-from .kernel import CleanTask, GroupResult, MapResult, SegmentFile, build_offset_map, clean_group, groups_to_clean
+from .kernel import (
+    CleanTask,
+    GroupResult,
+    MapResult,
+    SegmentFile,
+    build_offset_map,
+    clean_group,
+    groups_to_clean,
+    transaction_facts,
+)
 from .plan import (
     CleanerStats,
     CleaningPolicy,
@@ -99,9 +108,8 @@ def partition_state(store: Store, log: Log, checkpoints: dict[TopicPartition, in
 
 
 def last_stable_offset(store: Store, log: Log, log_end_offset: int) -> int:
-    """The first offset of the oldest open transaction, else the log end (transactions fill this in)."""
-    lso = getattr(store, "last_stable_offset", None)
-    return int(lso(log.topic, log.partition)) if callable(lso) else log_end_offset
+    """The first offset of the oldest open transaction, else the log end: nothing at or past it is cleaned."""
+    return min(log.last_stable_offset, log_end_offset)
 
 
 def _compacted_logs(store: Store, topic: str | None, partition: int | None) -> Iterator[Log]:
@@ -196,15 +204,18 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
     files = tuple(SegmentFile(s.path, s.base_offset, s.next_offset, s.meta.size_bytes, s.meta.record_count,
                               s.meta.max_timestamp, s.meta.first_timestamp) for s in sealed)
     buffer_bytes = int(broker.log_cleaner_dedupe_buffer_size)
-    aborted_fn = getattr(store, "aborted_transactions", None)
-    aborted = tuple(aborted_fn(log.topic, log.partition, ltc.first_uncleanable_offset)) if callable(aborted_fn) else ()
+    aborted = tuple(log.aborted_transactions(0, ltc.first_uncleanable_offset))
+    # Markers and emptied batches are control rows: without any, there is no transaction state to keep.
+    markers = transaction_facts(files) if any(s.meta.control_count for s in sealed) else frozenset()
+    last_offsets = frozenset(log.producer_last_offsets(now, broker.producer_id_expiration_ms))
     task = CleanTask(
         topic=log.topic, partition=log.partition, directory=log.directory, segments=files,
         first_dirty_offset=ltc.first_dirty_offset, first_uncleanable_offset=ltc.first_uncleanable_offset,
         now_ms=now, delete_retention_ms=config.delete_retention_ms, segment_bytes=config.segment_bytes,
         compression=config.parquet_compression,
         map_capacity_bytes=int(buffer_bytes * broker.log_cleaner_io_buffer_load_factor),
-        dedupe_buffer_bytes=buffer_bytes, aborted=aborted)
+        dedupe_buffer_bytes=buffer_bytes, aborted=aborted, markers_with_data=markers,
+        producer_last_offsets=last_offsets)
     return task, {s.base_offset: s.inode for s in sealed}
 
 

@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..record import CONTROL_NONE, NO_DELETE_HORIZON
+from ..producer_state import AbortedTxn
+from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
 from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
@@ -59,16 +60,6 @@ class SegmentFile:
 
 
 @dataclass(frozen=True)
-class AbortedTxn:
-    """An aborted transaction: producer ``producer_id``'s transactional data in ``[first_offset, last_offset]``
-    (``last_offset`` is the ABORT marker's offset)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-
-
-@dataclass(frozen=True)
 class CleanTask:
     """Everything one partition's round needs, as values (it crosses to Spark executors as is)."""
 
@@ -85,6 +76,11 @@ class CleanTask:
     map_capacity_bytes: int
     dedupe_buffer_bytes: int
     aborted: tuple[AbortedTxn, ...] = ()
+    # Offsets of transaction markers whose transaction still has records (data or emptied batches) in
+    # the segments of this round: such a marker is kept without a horizon (see transaction_facts).
+    markers_with_data: frozenset[int] = frozenset()
+    # Offset of the last record of every producer that has not expired: kept, emptied if need be.
+    producer_last_offsets: frozenset[int] = frozenset()
 
     def dirty_segments(self) -> list[SegmentFile]:
         return [s for s in self.segments
@@ -266,10 +262,16 @@ def groups_to_clean(task: CleanTask, end_offset: int) -> list[list[SegmentFile]]
 def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
                 entries: np.ndarray | None) -> tuple[np.ndarray, int]:
     """Which rows of a segment survive (the vectorised :func:`.retain.should_retain_record`), and how many
-    keyless data records were dropped as invalid."""
+    keyless data records were dropped as invalid.
+
+    Beyond the record rule: a transaction marker stays while its transaction has records in the round,
+    then (stamped with a delete horizon) until a round at or after the horizon; an emptied batch row
+    stays only while it is its producer's last record. The caller empties the dropped rows that are a
+    live producer's last record (:func:`producer_last_rows`)."""
     offsets = table.column("offset").to_numpy()
     keys = table.column("key")
-    control = table.column("control_type").to_numpy() != CONTROL_NONE
+    control_type = table.column("control_type").to_numpy()
+    control = control_type != CONTROL_NONE
     keyless = np.asarray(keys.is_null(), dtype=bool)
     if entries is not None:
         found = np.where(entries >= 0, offset_map.offsets[np.maximum(entries, 0)], -1)
@@ -281,7 +283,11 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
     beyond_map = offsets > offset_map.latest_offset
     keep_keyed = (offsets >= found) & (~tombstone | retain_deletes)
     data = ~control
-    keep = control | beyond_map | (data & ~keyless & keep_keyed)
+    marker = (control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT)
+    keep_marker = marker & (retain_deletes | _isin(offsets, task.markers_with_data))
+    keep_empty = (control_type == CONTROL_EMPTY_BATCH) & _isin(offsets, task.producer_last_offsets)
+    other_control = control & ~marker & (control_type != CONTROL_EMPTY_BATCH)
+    keep = keep_marker | keep_empty | other_control | beyond_map | (data & ~keyless & keep_keyed)
     invalid = int(np.count_nonzero(data & keyless & ~beyond_map))
     if task.aborted:
         aborted = aborted_mask(offsets, table.column("producer_id").to_numpy(),
@@ -289,6 +295,65 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
                                task.aborted)
         keep &= ~aborted
     return keep, invalid
+
+
+def _isin(offsets: np.ndarray, wanted: frozenset[int]) -> np.ndarray:
+    if not wanted:
+        return np.zeros(len(offsets), dtype=bool)
+    return np.isin(offsets, np.fromiter(wanted, dtype=np.int64, count=len(wanted)))
+
+
+def transaction_facts(segments: Sequence[SegmentFile]) -> frozenset[int]:
+    """The markers whose transaction still has records in ``segments``: for each producer, a marker is
+    preceded (since that producer's previous marker) by transactional data or emptied batch rows.
+    Kafka keeps a marker while any batch of its transaction is read in the round (even one the round
+    then removes), so a marker outlives its data by at least one round."""
+    columns = ["offset", "producer_id", "is_transactional", "control_type"]
+    parts = [pq.read_table(s.path, columns=columns) for s in segments]
+    if not parts:
+        return frozenset()
+    table = pa.concat_tables(parts)
+    transactional = np.asarray(table.column("is_transactional").to_numpy(zero_copy_only=False), dtype=bool)
+    control_type = table.column("control_type").to_numpy()
+    relevant = transactional | (control_type == CONTROL_EMPTY_BATCH)
+    if not relevant.any():
+        return frozenset()
+    offsets = table.column("offset").to_numpy()[relevant]
+    pids = table.column("producer_id").to_numpy()[relevant]
+    control_type = control_type[relevant]
+    with_data: set[int] = set()
+    order = np.lexsort((offsets, pids))
+    pids, offsets, control_type = pids[order], offsets[order], control_type[order]
+    is_marker = (control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT)
+    seen = False
+    for i in range(len(offsets)):
+        if i and pids[i] != pids[i - 1]:
+            seen = False
+        if is_marker[i]:
+            if seen:
+                with_data.add(int(offsets[i]))
+            seen = False
+        else:
+            seen = True
+    return frozenset(with_data)
+
+
+def producer_last_rows(table: pa.Table, keep: np.ndarray, task: CleanTask) -> pa.Table | None:
+    """Rows to be dropped that are a live producer's last record, emptied (Kafka's empty batch header):
+    no key, value or headers, ``control_type`` EMPTY_BATCH. None when there are none."""
+    if not task.producer_last_offsets:
+        return None
+    offsets = table.column("offset").to_numpy()
+    emptied = ~keep & _isin(offsets, task.producer_last_offsets)
+    if not emptied.any():
+        return None
+    rows = table.filter(pa.array(emptied))
+    n = rows.num_rows
+    for name in ("key", "value", "headers"):
+        index = rows.schema.get_field_index(name)
+        rows = rows.set_column(index, rows.schema.field(index), pa.nulls(n, rows.schema.field(index).type))
+    index = rows.schema.get_field_index("control_type")
+    return rows.set_column(index, rows.schema.field(index), pa.array(np.full(n, CONTROL_EMPTY_BATCH, np.int8)))
 
 
 def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap,
@@ -307,8 +372,12 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
             keep, dropped_invalid = retain_mask(table, task, offset_map,
                                                 (entries or {}).get(segment.base_offset))
             invalid += dropped_invalid
+            emptied = producer_last_rows(table, keep, task)
             kept = table.filter(pa.array(keep)) if not keep.all() else table
-            kept, stamped_here = stamp_tombstones(kept, task.now_ms, task.delete_retention_ms)
+            if emptied is not None:
+                kept = pa.concat_tables([kept, emptied]).sort_by("offset")
+            kept, stamped_here = stamp_tombstones(kept, task.now_ms, task.delete_retention_ms,
+                                                  task.markers_with_data)
             stamped += stamped_here
             written += kept.num_rows
             writer.write(kept)
@@ -336,13 +405,20 @@ def prefetched(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, p
             yield segment, table
 
 
-def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int) -> tuple[pa.Table, int]:
-    """First phase of tombstone removal: a kept tombstone without a horizon gets ``now + delete.retention.ms``."""
+def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int,
+                     markers_with_data: frozenset[int] = frozenset()) -> tuple[pa.Table, int]:
+    """First phase of two-phase removal: a kept tombstone, or a kept marker whose transaction has no records
+    left, without a horizon gets ``now + delete.retention.ms``."""
     if table.num_rows == 0:
         return table, 0
     horizon = table.column("delete_horizon_ms")
-    unstamped = pc.and_(pc.and_(pc.is_null(table.column("value")), pc.equal(horizon, NO_DELETE_HORIZON)),
-                        pc.equal(table.column("control_type"), CONTROL_NONE))
+    control_type = table.column("control_type")
+    tombstone = pc.and_(pc.is_null(table.column("value")), pc.equal(control_type, CONTROL_NONE))
+    marker = pc.or_(pc.equal(control_type, CONTROL_ABORT), pc.equal(control_type, CONTROL_COMMIT))
+    if markers_with_data:
+        marker = pc.and_(marker, pc.invert(pc.is_in(table.column("offset"),
+                                                     value_set=pa.array(sorted(markers_with_data), pa.int64()))))
+    unstamped = pc.and_(pc.or_(tombstone, marker), pc.equal(horizon, NO_DELETE_HORIZON))
     count = pc.sum(unstamped).as_py() or 0
     if not count:
         return table, 0

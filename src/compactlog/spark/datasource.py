@@ -19,14 +19,17 @@ option                 used by     meaning
 =====================  ==========  =====================================================================
 path                   all         the data directory (required). Relative paths are resolved on the driver.
 topic                  all         the topic (required); it must exist.
-mode                   read        ``log`` (default): every record. ``latest``: the newest record of every
-                                   live key in the offset range (tombstoned and keyless records absent).
+mode                   read,       ``log`` (default): every record. ``latest`` (batch reads only): the
+                       stream      newest record of every live key in the offset range (tombstoned and
+                                   keyless records absent).
 startingOffsets        read,       ``earliest`` (default), ``latest`` (streams only), or JSON
                        stream      ``{"<topic>": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest; partitions
                                    left out start at the earliest offset).
 endingOffsets          read        ``latest`` (default) or JSON as above (-1 latest; -2 is not allowed).
-isolationLevel         read,       ``read_uncommitted`` (default) or ``read_committed``. Both read up to
-                       stream      the log end today (compactlog has no open transactions yet).
+isolationLevel         read,       ``read_uncommitted`` (default) or ``read_committed``. Accepted and
+                       stream      checked; both read the same records up to the log end for now
+                                   (transactional reads, capped at the last stable offset and without
+                                   aborted records, come with the transactions issue).
 minPartitions          read        at least this many Spark tasks for a ``log`` read when segments allow:
                                    a partition's range is split only at segment boundaries.
 maxOffsetsPerTrigger   stream      at most this many offsets per micro-batch, spread over the partitions
@@ -36,7 +39,8 @@ keyColumn, valueColumn write       the key and value columns (default ``key``/``
                                    string (UTF-8). Optional columns ``timestamp`` (timestamp or long ms)
                                    and ``headers``; other columns (``topic``, ``partition``, ``offset``,
                                    ...) are ignored, as by Spark's Kafka sink: the partition is always the
-                                   one Kafka's default partitioner picks for the key.
+                                   one Kafka's default partitioner picks for the key. A streaming write
+                                   also takes Spark's ``checkpointLocation``.
 =====================  ==========  =====================================================================
 
 Offsets and gaps: compaction leaves offset gaps, which readers skip; they are never an error (unlike
@@ -196,7 +200,8 @@ class CompactLogReader(DataSourceReader):
             return [OffsetRange(p, s, e) for p, s, e in ranges]
         target = SPLIT_BYTES
         if options.min_partitions:
-            total = sum(seg.size_bytes for b in bounds.values() for seg in b.segments)
+            total = sum(seg.size_bytes for p, s, e in ranges for seg in bounds[p].segments
+                        if seg.base_offset < e and seg.next_offset > s)
             target = max(1, min(target, math.ceil(total / options.min_partitions)))
         return [OffsetRange(p, piece_start, piece_end)
                 for p, s, e in ranges
@@ -220,10 +225,17 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                               "mode 'latest' is for batch reads")
         self.options = options
         self._available_now: dict[int, int] | None = None
+        # The driver-side store, kept open between triggers (re-opening every log each trigger costs a
+        # directory scan and a footer read per segment); never pickled to the executors.
+        self._store: Store | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_store": None}
 
     def _log_ends(self) -> dict[int, _Bounds]:
-        with self.options.open() as store:
-            return _bounds(store, self.options.topic)
+        if self._store is None:
+            self._store = self.options.open()
+        return _bounds(self._store, self.options.topic)
 
     def initialOffset(self) -> dict:
         options = self.options
@@ -276,6 +288,11 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the log keeps records until retention or the cleaner removes them."""
+
+    def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
 
 # -- writing ---------------------------------------------------------------------------------------------
@@ -363,7 +380,7 @@ class CompactLogDataSource(DataSource):
         return CompactLogWriter(self._checked("write", overwrite), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> CompactLogStreamWriter:
-        return CompactLogStreamWriter(self._checked("write", overwrite), schema)
+        return CompactLogStreamWriter(self._checked("stream write", overwrite), schema)
 
     def _checked(self, use: str, overwrite: bool = False) -> SourceOptions:
         if overwrite:

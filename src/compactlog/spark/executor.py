@@ -1,23 +1,31 @@
-"""The cleaner's Spark executor: the kernel of one cleaning round run as Spark tasks.
+"""The cleaner's Spark executor: cleaning rounds run as Spark tasks.
 
 The driver plans (:mod:`compactlog.cleaner.plan`, done by the caller), Spark executors run the same kernel
 functions the in-process cleaner runs (:mod:`compactlog.cleaner.kernel`), and the driver swaps and
 checkpoints (the caller again): the PySpark data source writer's ``write`` -> ``commit`` / ``abort``.
 
-A round on Spark is two jobs:
+How the work is cut (:func:`run_many_on_spark`, for the partitions one cleaner pass cleans):
 
-1. **map**: a task per dirty segment runs :func:`~compactlog.cleaner.kernel.partial_map` and sends back
-   only that segment's distinct keys and their newest offsets, as Arrow IPC bytes; the driver merges them
-   in offset order with :func:`~compactlog.cleaner.kernel.merge_partial_maps`, which applies the
-   dedupe-buffer bound exactly as the in-process map build does;
-2. **rewrite**: the merged offset map is broadcast (Arrow IPC bytes, its latest offset and capacity), and
-   a task per group of :func:`~compactlog.cleaner.kernel.groups_to_clean` runs
-   :func:`~compactlog.cleaner.kernel.clean_group`, which writes ``<base>.parquet.cleaned`` in the partition
-   directory and returns a :class:`~compactlog.cleaner.kernel.GroupResult`.
+* **Whole rounds.** A partition no bigger than its fair share of the pass (``total / task slots``) runs
+  its whole round in one task: the in-process kernel (offset map, then every group) on the executor.
+  Nothing but the round's small result crosses the network, and partitions keep every slot busy.
+* **Split rounds.** A bigger partition is cut so that it uses every slot, in two jobs:
 
-Segments or groups smaller than :data:`MIN_TASK_BYTES` share a task (:func:`pack`): a Spark task costs
-tens of milliseconds however little it does, and a topic of small segments would otherwise spend its time
-scheduling. One huge partition still uses every core: its segments are spread over all task slots.
+  1. *map*: its dirty segments in consecutive bins, one per slot; a task builds its bin's offset map
+     (:func:`~compactlog.cleaner.kernel.build_offset_map` on the bin, bounded by the same dedupe buffer)
+     and sends back only keys and newest offsets, as Arrow IPC bytes. The driver merges the bins in offset
+     order (:meth:`~compactlog.cleaner.offset_map.OffsetMap.put_partial`). When all of them fit, that is
+     exactly the map the in-process round builds (same keys in the same order, same offsets: the fit test
+     is on the total, which is the same). When they do not, the round reaches the dedupe-buffer bound
+     inside the dirty section, and the exact cut is found the reference way: a task per dirty segment
+     runs :func:`~compactlog.cleaner.kernel.partial_map` and the driver merges with
+     :func:`~compactlog.cleaner.kernel.merge_partial_maps`, which re-reads the segment where the map fills;
+  2. *rewrite*: the merged map is broadcast (Arrow IPC bytes, latest offset, capacity); the groups of
+     :func:`~compactlog.cleaner.kernel.groups_to_clean` go to consecutive bins, one per slot, and a task
+     looks its segments' keys up in the map in batches of
+     :data:`~compactlog.spark.clean_tasks.LOOKUP_BATCH_SEGMENT_BYTES` (one hash of the map per batch, not per
+     segment) and runs
+     :func:`~compactlog.cleaner.kernel.clean_group` on each group, which writes ``<base>.parquet.cleaned``.
 
 Rules:
 
@@ -26,49 +34,56 @@ Rules:
 * Every executor sees the data directory at the driver's path (local disk in local mode, a shared
   filesystem on a cluster). A probe job checks it before the first round of a session, and every task
   checks it again (executors join and leave); a miss is an :class:`ExecutorError` naming the host.
-* All or nothing per partition (commit / abort): if any task of a partition fails, every ``.cleaned``
-  file of that partition's round is deleted and the partition's result is an :class:`ExecutorError` with
-  the task's exception as its cause. Tasks catch their own exceptions and return them, so one partition's
-  failure never fails another partition's tasks in a shared job, and the driver knows exactly which files
-  were written. A failure of Spark itself (a lost executor, a killed job) aborts every partition of the
-  job and deletes every ``.cleaned`` file the job may have written.
+* All or nothing per partition (commit / abort): if any task of a partition fails, the partition's result
+  is an :class:`ExecutorError` with the task's exception as its cause and every ``.cleaned`` file in its
+  directory is deleted (the caller holds the partition's ``.cleaner.lock``, so they are this round's).
+  Tasks catch their own exceptions and return them, so one partition's failure never fails another's
+  tasks in a shared job. A failure of Spark itself (a lost executor, a killed job) aborts every partition
+  of the job.
 * ``spark.speculation`` must be off: a rewrite task writes a fixed file name, and two attempts of one task
   running at once would write the same file.
 
-:func:`run_on_spark` runs one partition's round (what ``cleaner.clean_partition`` calls);
-:func:`run_many_on_spark` runs several partitions' rounds in one map job and one rewrite job, for throughput
-when many partitions are cleaned in one pass.
+The work items themselves (what runs on executors) are in :mod:`compactlog.spark.clean_tasks`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pickle
-import socket
-import traceback
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
-import pyarrow as pa
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..cleaner.kernel import (
     CleanTask,
     GroupResult,
     MapResult,
     PartialMap,
-    SegmentFile,
-    clean_group,
     groups_to_clean,
     merge_partial_maps,
-    partial_map,
 )
 from ..cleaner.offset_map import OffsetMap
 from ..cleaner.swap import discard
 from ..errors import ExecutorError
-from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, segment_name
+from ..segment import CLEANED_SUFFIX
+from .clean_tasks import (
+    BinMapItem,
+    BinMapOutput,
+    BroadcastMap,
+    Item,
+    Output,
+    RewriteItem,
+    RewriteOutput,
+    RoundItem,
+    RoundOutput,
+    SegmentMapItem,
+    SegmentMapOutput,
+    TaskFailure,
+    keys_from_ipc,
+    not_visible_message,
+    partial_map_from_ipc,
+    probe_task,
+    run_items,
+)
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -78,176 +93,15 @@ if TYPE_CHECKING:
 # What one partition's round on Spark yields: the offset map and the cleaned groups, ready to swap.
 SparkRound = tuple[MapResult, list[GroupResult]]
 
-# Work items: (index of the CleanTask in the job, the task, a dirty segment / a group of segments).
-MapItem = tuple[int, CleanTask, SegmentFile]
-RewriteItem = tuple[int, CleanTask, list[SegmentFile]]
-
-# A Spark task costs tens of milliseconds to schedule and start however little it does, so segments (or
-# groups) smaller than this share a task; bigger ones get a task each. Meanwhile every task slot gets work
-# when there are at least as many items as slots.
+# A Spark task costs tens of milliseconds to schedule and start however little it does: work items smaller
+# than this share a task (see pack), and a partition smaller than this is never split.
 MIN_TASK_BYTES = 16 * 1024 * 1024
+# "auto": split a partition bigger than its fair share of the pass (and than MIN_TASK_BYTES); "always" and
+# "never" are for tests and experiments.
+SPLIT_POLICY: Literal["auto", "always", "never"] = "auto"
 
 # (application id, data directory) pairs whose visibility a probe job has confirmed in this process.
 _VISIBLE: set[tuple[str, str]] = set()
-
-
-def not_visible_message(host: str, directory: str) -> str:
-    return (f"executor on host {host} cannot see {directory}: the data directory must be at the same path on "
-            "every executor (local disk in local mode, a shared filesystem on a cluster)")
-
-
-# -- what crosses the network ------------------------------------------------------------------------------
-
-
-def table_to_ipc(table: pa.Table) -> bytes:
-    """A table as Arrow IPC stream bytes (how keys and offsets travel between driver and executors)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def ipc_to_table(data: bytes) -> pa.Table:
-    with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
-        return reader.read_all()
-
-
-def partial_map_to_ipc(part: PartialMap) -> bytes:
-    """A segment's partial map, keys and newest offsets only, as Arrow IPC bytes."""
-    return table_to_ipc(pa.table({"key": part.keys, "latest": pa.array(part.latest, pa.int64())}))
-
-
-def partial_map_from_ipc(base_offset: int, data: bytes, records_read: int, bytes_read: int) -> PartialMap:
-    table = ipc_to_table(data)
-    keys = table.column("key").combine_chunks() if table.num_rows else pa.array([], pa.binary())
-    latest = table.column("latest").to_numpy() if table.num_rows else np.empty(0, dtype=np.int64)
-    return PartialMap(base_offset, keys, latest, records_read, bytes_read)
-
-
-@dataclass(frozen=True)
-class BroadcastMap:
-    """The offset map as it is broadcast to rewrite tasks."""
-
-    table_ipc: bytes  # OffsetMap.to_table(): key, offset
-    latest_offset: int
-    capacity_bytes: int
-    buffer_bytes: int
-
-    @classmethod
-    def of(cls, offset_map: OffsetMap) -> BroadcastMap:
-        return cls(table_to_ipc(offset_map.to_table()), offset_map.latest_offset, offset_map.capacity_bytes,
-                   offset_map.buffer_bytes)
-
-    def offset_map(self) -> OffsetMap:
-        return OffsetMap.from_table(ipc_to_table(self.table_ipc), self.capacity_bytes, self.latest_offset,
-                                    self.buffer_bytes)
-
-
-@dataclass(frozen=True)
-class TaskFailure:
-    """A task's exception, sent back as a value (see the module docstring: all or nothing per partition)."""
-
-    task_index: int  # which CleanTask of the job
-    host: str
-    what: str  # "segment 42" or "group 40..59"
-    message: str  # "TypeName: message", or the visibility message
-    traceback: str
-    error: BaseException | None  # the exception itself when it pickles
-    not_visible: bool = False
-
-    def to_error(self, task: CleanTask) -> ExecutorError:
-        if self.not_visible:
-            return ExecutorError(self.message)
-        message = f"{task.topic}-{task.partition}: Spark task for {self.what} failed on host {self.host}: " \
-                  f"{self.message}"
-        cause = self.error
-        if cause is None:  # it did not pickle: the remote traceback is all there is
-            return ExecutorError(f"{message}\n{self.traceback}".rstrip())
-        if hasattr(cause, "add_note"):  # Python 3.11+: the traceback shows under the cause
-            cause.add_note(f"Traceback on the executor (host {self.host}):\n{self.traceback}".rstrip())
-        error = ExecutorError(message)
-        error.__cause__ = cause
-        return error
-
-
-@dataclass(frozen=True)
-class MapOutput:
-    task_index: int
-    base_offset: int
-    partial_ipc: bytes
-    records_read: int
-    bytes_read: int
-
-
-@dataclass(frozen=True)
-class RewriteOutput:
-    task_index: int
-    result: GroupResult
-
-
-# -- what runs on executors (module-level functions: Spark pickles them by reference) -------------------------
-
-
-def _failure(index: int, what: str, error: BaseException) -> TaskFailure:
-    try:
-        pickle.dumps(error)
-        kept: BaseException | None = error
-    except Exception:  # an exception that does not pickle still reaches the driver as text
-        kept = None
-    return TaskFailure(index, socket.gethostname(), what, f"{type(error).__name__}: {error}",
-                       traceback.format_exc(), kept)
-
-
-def _not_visible(index: int, directory: str, what: str) -> TaskFailure | None:
-    if os.path.isdir(directory):
-        return None
-    host = socket.gethostname()
-    return TaskFailure(index, host, what, not_visible_message(host, directory), "", None, not_visible=True)
-
-
-def probe_task(bins: Iterable[Sequence[Sequence[tuple[str, str]]]]) -> Iterator[tuple[str, str, str]]:
-    """For each ``(directory, segment path)`` to check: ``(host, directory, problem)`` for every miss."""
-    host = socket.gethostname()
-    for checks in (item for items in bins for item in items):
-        for directory, path in checks:
-            if not os.path.isdir(directory):
-                yield host, directory, "directory"
-            elif path and not os.path.exists(path):
-                yield host, directory, f"segment file {path}"
-
-
-def map_task(bins: Iterable[Sequence[MapItem]]) -> Iterator[MapOutput | TaskFailure]:
-    """Map phase: the partial map of each dirty segment given, keys and offsets only."""
-    for index, task, segment in (item for items in bins for item in items):
-        what = f"segment {segment.base_offset}"
-        missing = _not_visible(index, task.directory, what)
-        if missing is not None:
-            yield missing
-            continue
-        try:
-            part = partial_map(task, segment)
-            yield MapOutput(index, part.base_offset, partial_map_to_ipc(part), part.records_read, part.bytes_read)
-        except Exception as e:
-            yield _failure(index, what, e)
-
-
-def rewrite_task(maps: Mapping[int, Broadcast[BroadcastMap]],
-                 bins: Iterable[Sequence[RewriteItem]]) -> Iterator[RewriteOutput | TaskFailure]:
-    """Rewrite phase: clean each group given against its partition's broadcast offset map."""
-    for index, task, group in (item for items in bins for item in items):
-        what = f"group {group[0].base_offset}..{group[-1].next_offset - 1}"
-        missing = _not_visible(index, task.directory, what)
-        if missing is not None:
-            yield missing
-            continue
-        try:
-            offset_map = maps[index].value.offset_map()
-            yield RewriteOutput(index, clean_group(task, group, offset_map))
-        except Exception as e:
-            yield _failure(index, what, e)
-
-
-# -- the driver ------------------------------------------------------------------------------------------------
 
 
 def spark_context(spark: Any) -> SparkContext:
@@ -256,11 +110,10 @@ def spark_context(spark: Any) -> SparkContext:
 
     if isinstance(spark, SparkContext):
         return spark
-    try:
-        context = spark.sparkContext
-    except Exception as e:  # Spark Connect sessions have no SparkContext
+    if ".connect." in type(spark).__module__:
         raise ExecutorError(f"the cleaner needs a classic SparkSession with a SparkContext, not {spark!r}; "
-                            "Spark Connect cannot run it") from e
+                            "Spark Connect cannot run its tasks")
+    context = getattr(spark, "sparkContext", None)
     if not isinstance(context, SparkContext):
         raise ExecutorError(f"executor must be None (in process) or a SparkSession, not {spark!r}")
     return context
@@ -291,31 +144,40 @@ def _short(error: BaseException) -> str:
 
 def pack(items: Sequence[Any], sizes: Sequence[int], slots: int,
          min_task_bytes: int = MIN_TASK_BYTES) -> list[list[Any]]:
-    """Consecutive items in bins, one bin per Spark task: a bin closes before it would pass
-    ``min(min_task_bytes, total / slots)`` bytes, so an item at least that big is alone in its bin, and
-    small items share a bin without leaving task slots idle."""
-    total = sum(sizes)
-    limit = max(1, min(min_task_bytes, -(-total // max(slots, 1))))
-    bins: list[list[Any]] = []
-    filled = 0
-    for item, size in zip(items, sizes):
-        if not bins or filled + size > limit:
-            bins.append([])
-            filled = 0
-        bins[-1].append(item)
-        filled += size
-    return bins
-
-
-def _run_job(sc: SparkContext, bins: list[list[Any]], function: Any, description: str) -> list[Any]:
-    """One Spark job, one task per bin; Spark's own failures become ExecutorError."""
-    if not bins:
+    """Consecutive items in bins, one bin per Spark task: ``max(slots, total / min_task_bytes)`` bins (at
+    most one per item) of about equal bytes, so every task slot gets work, small items share a task, and
+    an item of ``min_task_bytes`` or more is alone or nearly so."""
+    if not items:
         return []
+    total = sum(sizes)
+    count = min(len(items), max(slots, 1, -(-total // min_task_bytes)))
+    bins: list[list[Any]] = [[] for _ in range(count)]
+    start = 0
+    for position, (item, size) in enumerate(zip(items, sizes, strict=True)):
+        # The bin of an item is where its middle byte falls (its position when every size is 0): the
+        # bin numbers never decrease along the items, so bins hold consecutive items.
+        share = (start + size / 2) / total if total else (position + 0.5) / len(items)
+        bins[min(count - 1, int(share * count))].append(item)
+        start += size
+    return [b for b in bins if b]
+
+
+def split_evenly(items: Sequence[Any], sizes: Sequence[int], parts: int) -> list[list[Any]]:
+    """Consecutive items in at most ``parts`` bins of about equal bytes."""
+    return pack(items, sizes, parts, min_task_bytes=max(sum(sizes), 1))
+
+
+def _run_job(sc: SparkContext, items: Sequence[Item], sizes: Sequence[int], description: str,
+             maps: Mapping[int, Broadcast[BroadcastMap]] | None = None) -> list[Output | TaskFailure]:
+    """One Spark job over work items (packed into tasks); Spark's own failures become ExecutorError."""
+    if not items:
+        return []
+    bins = pack(items, sizes, max(int(sc.defaultParallelism), 1))
+    broadcasts = dict(maps or {})
     with job_description(sc, description):
         try:
-            return sc.parallelize(bins, numSlices=len(bins)).mapPartitions(function).collect()
-        except ExecutorError:
-            raise
+            return sc.parallelize(bins, numSlices=len(bins)).mapPartitions(
+                lambda part: run_items(broadcasts, part)).collect()
         except Exception as e:
             raise ExecutorError(f"Spark job '{description}' failed: {_short(e)}") from e
 
@@ -328,24 +190,54 @@ def check_visible(sc: SparkContext, tasks: Sequence[CleanTask]) -> None:
     if roots <= _VISIBLE:
         return
     slots = max(int(sc.defaultParallelism), 1)
-    misses = _run_job(sc, [[checks]] * slots, probe_task, "compactlog cleaner: check the data directory")
+    with job_description(sc, "compactlog cleaner: check the data directory"):
+        try:
+            misses = sc.parallelize([[checks]] * slots, numSlices=slots).mapPartitions(probe_task).collect()
+        except Exception as e:
+            raise ExecutorError(f"Spark could not run the cleaner's probe task: {_short(e)}") from e
     if misses:
         host, directory, _ = misses[0]
         raise ExecutorError(not_visible_message(host, directory))
     _VISIBLE.update(roots)
 
 
-def expected_cleaned_paths(task: CleanTask, groups: Sequence[Sequence[SegmentFile]]) -> list[str]:
-    """The ``.cleaned`` files a round's rewrite tasks write (:func:`~compactlog.cleaner.kernel.clean_group`
-    names them after the group's first base offset)."""
-    return [os.path.join(task.directory, segment_name(group[0].base_offset, SEALED_SUFFIX) + CLEANED_SUFFIX)
-            for group in groups]
+def remove_cleaned_files(directory: str) -> None:
+    """Abort: every ``.cleaned`` file of a partition (the caller holds its cleaner lock, so they are its
+    round's, or left by a crash, which recovery would delete as well)."""
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(directory):
+            if name.endswith(CLEANED_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
 
 
-def _remove(paths: Iterable[str]) -> None:
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+def round_bytes(task: CleanTask) -> int:
+    """What a round reads and rewrites, at most: every sealed segment below the first uncleanable offset."""
+    return sum(s.size_bytes for s in task.segments)
+
+
+def should_split(size: int, total: int, slots: int) -> bool:
+    if SPLIT_POLICY != "auto":
+        return SPLIT_POLICY == "always"
+    return size > MIN_TASK_BYTES and size * slots > total
+
+
+def merge_bins(task: CleanTask, outputs: Sequence[BinMapOutput]) -> MapResult | None:
+    """The driver's merge of a split partition's bin maps, in offset order; None when they do not all fit in
+    the dedupe buffer (the exact per-segment path then finds the cut)."""
+    offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
+    result = MapResult(offset_map, task.first_dirty_offset)
+    for output in sorted(outputs, key=lambda o: o.first_base):
+        if not output.complete:
+            return None
+        keys, latest = keys_from_ipc(output.keys_ipc)
+        if not offset_map.put_partial(keys, latest):
+            return None
+        offset_map.update_latest_offset(output.end_offset - 1)
+        result.records_read += output.records_read
+        result.bytes_read += output.bytes_read
+    result.end_offset = offset_map.latest_offset + 1 if task.dirty_segments() else task.first_dirty_offset
+    return result
 
 
 def _label(tasks: Sequence[CleanTask]) -> str:
@@ -353,84 +245,165 @@ def _label(tasks: Sequence[CleanTask]) -> str:
     return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:4])} and {len(names) - 4} more"
 
 
+class _Pass:
+    """The bookkeeping of one run_many_on_spark call: per task, its outputs, failures and results."""
+
+    def __init__(self, sc: SparkContext, tasks: Sequence[CleanTask]) -> None:
+        self.sc = sc
+        self.tasks = tasks
+        self.slots = max(int(sc.defaultParallelism), 1)
+        self.errors: dict[int, ExecutorError] = {}
+        self.mapped: dict[int, MapResult] = {}
+        self.results: dict[int, list[GroupResult]] = {i: [] for i in range(len(tasks))}
+
+    def fail(self, index: int, error: ExecutorError) -> None:
+        self.errors.setdefault(index, error)
+
+    def collect(self, outputs: Sequence[Output | TaskFailure]) -> list[Output]:
+        kept: list[Output] = []
+        for output in outputs:
+            if isinstance(output, TaskFailure):
+                self.fail(output.task_index, output.to_error(self.tasks[output.task_index]))
+            else:
+                if isinstance(output, RoundOutput | RewriteOutput):
+                    self.results[output.task_index].extend(output.results)
+                kept.append(output)
+        return kept
+
+    def abort_all(self) -> None:
+        for i, task in enumerate(self.tasks):
+            discard(self.results[i])
+            remove_cleaned_files(task.directory)
+
+    def rounds(self) -> list[SparkRound | ExecutorError]:
+        outcome: list[SparkRound | ExecutorError] = []
+        for i, task in enumerate(self.tasks):
+            if i in self.errors:
+                discard(self.results[i])
+                remove_cleaned_files(task.directory)
+                outcome.append(self.errors[i])
+            else:
+                outcome.append((self.mapped[i], sorted(self.results[i], key=lambda r: r.base_offset)))
+        return outcome
+
+
 def run_many_on_spark(spark: SparkSession | SparkContext,
                       tasks: Sequence[CleanTask]) -> list[SparkRound | ExecutorError]:
-    """The rounds of several partitions in one map job and one rewrite job.
+    """The rounds of several partitions, whole or split (see the module docstring), in as few Spark jobs as
+    the work allows: one when every partition runs whole, two or three otherwise.
 
     Returns, per task in order, either ``(map result, group results)`` whose ``.cleaned`` files the caller
     swaps in (or discards with :func:`~compactlog.cleaner.swap.discard`), or the :class:`ExecutorError`
-    that failed that partition (its ``.cleaned`` files already deleted). Raises ExecutorError itself only
-    when nothing can run (no Spark, a data directory the executors cannot see, speculation on).
+    that failed that partition (its ``.cleaned`` files already deleted). The caller holds every task's
+    partition ``.cleaner.lock`` throughout. Raises ExecutorError itself only when nothing can run (no Spark,
+    a data directory the executors cannot see, speculation on) or Spark fails a whole job (every
+    partition's ``.cleaned`` files deleted).
     """
     sc = spark_context(spark)
     check_spark_conf(sc)
     if not tasks:
         return []
     check_visible(sc, tasks)
-    errors: dict[int, ExecutorError] = {}
-    label = _label(tasks)
-
-    # Map phase: keys and newest offsets per dirty segment.
-    slots = max(int(sc.defaultParallelism), 1)
-    map_items = [(i, task, segment) for i, task in enumerate(tasks) for segment in task.dirty_segments()]
-    map_bins = pack(map_items, [item[2].size_bytes for item in map_items], slots)
-    outputs = _run_job(sc, map_bins, map_task, f"compactlog cleaner: offset maps of {label}")
-    partials: dict[int, list[PartialMap]] = {i: [] for i in range(len(tasks))}
-    for output in outputs:
-        if isinstance(output, TaskFailure):
-            errors.setdefault(output.task_index, output.to_error(tasks[output.task_index]))
-        else:
-            partials[output.task_index].append(partial_map_from_ipc(
-                output.base_offset, output.partial_ipc, output.records_read, output.bytes_read))
-    mapped: dict[int, MapResult] = {}
-    for i, task in enumerate(tasks):
-        if i in errors:
-            continue
-        try:
-            mapped[i] = merge_partial_maps(task, partials[i])
-        except Exception as e:  # the merge re-reads the segment where the map fills
-            errors[i] = ExecutorError(f"{task.topic}-{task.partition}: merging the offset maps failed: {e}")
-            errors[i].__cause__ = e
-
-    # Rewrite phase: every group against its partition's broadcast map.
-    groups = {i: groups_to_clean(tasks[i], result.end_offset) for i, result in mapped.items()}
-    broadcasts = {i: sc.broadcast(BroadcastMap.of(mapped[i].offset_map)) for i, g in groups.items() if g}
-    results: dict[int, list[GroupResult]] = {i: [] for i in mapped}
+    state = _Pass(sc, tasks)
     try:
-        rewrite_items = [(i, tasks[i], group) for i, task_groups in groups.items() for group in task_groups]
-        rewrite_bins = pack(rewrite_items, [sum(s.size_bytes for s in item[2]) for item in rewrite_items], slots)
-        maps = dict(broadcasts)
-        outputs = _run_job(sc, rewrite_bins, lambda bins: rewrite_task(maps, bins),
-                           f"compactlog cleaner: rewrite {label}")
+        _run_pass(state)
     except BaseException:
-        # Spark failed (or we were interrupted): any task may have written its file.
-        _remove(path for i, task_groups in groups.items() for path in expected_cleaned_paths(tasks[i], task_groups))
+        state.abort_all()
         raise
+    return state.rounds()
+
+
+def _run_pass(state: _Pass) -> None:
+    sc, tasks, slots = state.sc, state.tasks, state.slots
+    label = _label(tasks)
+    sizes = [round_bytes(task) for task in tasks]
+    total = sum(sizes)
+    split = [i for i, size in enumerate(sizes) if should_split(size, total, slots)]
+
+    # Job 1: whole rounds, and the bin maps of split partitions.
+    first: list[Item] = []
+    first_sizes: list[int] = []
+    for i, task in enumerate(tasks):
+        if i not in split:
+            first.append(RoundItem(i, task))
+            first_sizes.append(sizes[i])
+            continue
+        dirty = task.dirty_segments()
+        for segments in split_evenly(dirty, [s.size_bytes for s in dirty], slots):
+            first.append(BinMapItem(i, task, tuple(segments)))
+            first_sizes.append(sum(s.size_bytes for s in segments))
+    bin_outputs: dict[int, list[BinMapOutput]] = {i: [] for i in split}
+    for output in state.collect(_run_job(sc, first, first_sizes, f"compactlog cleaner: {label}")):
+        if isinstance(output, RoundOutput):
+            state.mapped[output.task_index] = output.mapped
+        elif isinstance(output, BinMapOutput):
+            bin_outputs[output.task_index].append(output)
+
+    # The driver merges the bin maps; a partition whose map fills takes the exact per-segment path.
+    exact: list[int] = []
+    for i in split:
+        if i in state.errors:
+            continue
+        merged = merge_bins(tasks[i], bin_outputs[i])
+        if merged is None:
+            exact.append(i)
+        else:
+            state.mapped[i] = merged
+    if exact:
+        _exact_maps(state, exact)
+
+    # Job 2: the rewrite of split partitions against their broadcast maps.
+    rewrite: list[Item] = []
+    rewrite_sizes: list[int] = []
+    broadcasts: dict[int, Broadcast[BroadcastMap]] = {}
+    try:
+        for i in split:
+            if i in state.errors:
+                continue
+            groups = groups_to_clean(tasks[i], state.mapped[i].end_offset)
+            if not groups:
+                continue
+            broadcasts[i] = sc.broadcast(BroadcastMap.of(state.mapped[i].offset_map))
+            group_sizes = [sum(s.size_bytes for s in group) for group in groups]
+            for part in split_evenly(groups, group_sizes, slots):
+                rewrite.append(RewriteItem(i, tasks[i], tuple(tuple(group) for group in part)))
+                rewrite_sizes.append(sum(s.size_bytes for group in part for s in group))
+        outputs = _run_job(sc, rewrite, rewrite_sizes, f"compactlog cleaner: rewrite {label}", broadcasts)
+        state.collect(outputs)
     finally:
         for broadcast in broadcasts.values():
             with contextlib.suppress(Exception):
                 broadcast.destroy(blocking=False)
-    for output in outputs:
-        if isinstance(output, TaskFailure):
-            errors.setdefault(output.task_index, output.to_error(tasks[output.task_index]))
-        else:
-            results[output.task_index].append(output.result)
 
-    rounds: list[SparkRound | ExecutorError] = []
-    for i, task in enumerate(tasks):
-        if i in errors:
-            # Abort: the files of the tasks that succeeded, and any a failed task left behind.
-            discard(results.get(i, []))
-            _remove(expected_cleaned_paths(task, groups.get(i, [])))
-            rounds.append(errors[i])
-        else:
-            rounds.append((mapped[i], sorted(results[i], key=lambda r: r.base_offset)))
-    return rounds
+
+def _exact_maps(state: _Pass, indices: Sequence[int]) -> None:
+    """The reference map build for partitions whose map fills: a partial map per dirty segment, merged on
+    the driver by the kernel (which re-reads the segment where the map fills, to cut at the exact record)."""
+    tasks = state.tasks
+    segments = [(i, s) for i in indices for s in tasks[i].dirty_segments()]
+    items: list[Item] = [SegmentMapItem(i, tasks[i], s) for i, s in segments]
+    outputs = _run_job(state.sc, items, [s.size_bytes for _, s in segments],
+                       f"compactlog cleaner: exact offset maps of {_label([tasks[i] for i in indices])}")
+    partials: dict[int, list[PartialMap]] = {i: [] for i in indices}
+    for output in state.collect(outputs):
+        if isinstance(output, SegmentMapOutput):
+            partials[output.task_index].append(partial_map_from_ipc(
+                output.base_offset, output.partial_ipc, output.records_read, output.bytes_read))
+    for i in indices:
+        if i in state.errors:
+            continue
+        try:
+            state.mapped[i] = merge_partial_maps(tasks[i], partials[i])
+        except Exception as e:  # the merge re-reads the segment where the map fills
+            name = f"{tasks[i].topic}-{tasks[i].partition}"
+            error = ExecutorError(f"{name}: merging the offset maps failed: {e}")
+            error.__cause__ = e
+            state.fail(i, error)
 
 
 def run_on_spark(spark: SparkSession | SparkContext, task: CleanTask) -> SparkRound:
-    """One partition's round on Spark (map job, driver merge, rewrite job); raises ExecutorError on failure
-    with every ``.cleaned`` file of the round deleted."""
+    """One partition's round on Spark; raises ExecutorError on failure, with every ``.cleaned`` file of the
+    round deleted. (A single partition is split across every slot once it is worth it: MIN_TASK_BYTES.)"""
     (outcome,) = run_many_on_spark(spark, [task])
     if isinstance(outcome, ExecutorError):
         raise outcome

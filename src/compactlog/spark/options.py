@@ -46,6 +46,8 @@ _READ_OPTIONS = ("path", "topic", "mode", "startingOffsets", "endingOffsets", "i
                  "minPartitions")
 _STREAM_OPTIONS = ("path", "topic", "mode", "startingOffsets", "isolationLevel", "maxOffsetsPerTrigger")
 _WRITE_OPTIONS = ("path", "topic", "keyColumn", "valueColumn")
+# Options Spark itself passes to a streaming sink; accepted and left to Spark.
+_STREAM_WRITE_OPTIONS = (*_WRITE_OPTIONS, "checkpointLocation")
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,10 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], use: str) -> SourceOptions:
-        """Check ``options`` for ``use`` (``read``, ``stream`` or ``write``): required, known, in range."""
-        allowed = {"read": _READ_OPTIONS, "stream": _STREAM_OPTIONS, "write": _WRITE_OPTIONS}[use]
+        """Check ``options`` for ``use`` (``read``, ``stream``, ``write`` or ``stream write``): required,
+        known, in range."""
+        allowed = {"read": _READ_OPTIONS, "stream": _STREAM_OPTIONS, "write": _WRITE_OPTIONS,
+                   "stream write": _STREAM_WRITE_OPTIONS}[use]
         by_lower = {name.lower(): name for name in allowed}
         given: dict[str, str] = {}
         for key, value in options.items():

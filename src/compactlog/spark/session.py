@@ -128,7 +128,10 @@ def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *,
     # default_conf leaves out the user's keys, except the driver's Java options it extends.
     for key, value in {**user, **default_conf(resolved, user)}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:  # no Java, a bad setting, an unreachable master: say which master failed
+        raise ExecutorError(f"could not start Spark for master {resolved!r}: {str(e).strip()[:2000]}") from e
     spark.sparkContext.setLogLevel(level)
     register_data_source(spark)
     return spark

@@ -1,0 +1,207 @@
+"""Producer state of one partition: idempotence, open transactions, the last stable offset.
+
+For every producer id that appended to the partition the state keeps its epoch, the sequence ranges of
+its last few batches (with the offsets they got), its last data offset and timestamp, and the first
+offset of its open transaction, if any. It decides, before an append, whether a batch is
+
+* fenced: its epoch is older than the producer's current epoch (``ProducerFencedError``);
+* a duplicate: its sequence range lies inside an already appended batch of the same epoch, so the
+  append is skipped and the original offsets returned (Kafka keeps 5 batches per producer; so do we);
+* out of order: its first sequence does not follow the last one (``OutOfOrderSequenceError``); a new
+  epoch must start at sequence 0, an unknown producer may start anywhere (its state may have expired).
+
+The last stable offset (LSO) is the first offset of the oldest open transaction, else the log end.
+Completed aborts are reported so the log can index them in the segment holding the ABORT marker.
+
+The state is a value that can be rebuilt: a snapshot (JSON) is written at every roll and the state is
+rebuilt from the newest snapshot plus the rows appended after it (:meth:`ProducerStateManager.apply`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import OutOfOrderSequenceError, ProducerFencedError
+from .record import CONTROL_ABORT, CONTROL_NONE, NO_PRODUCER_ID
+
+BATCHES_KEPT = 5
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    """An aborted transaction: producer ``producer_id``'s data in ``[first_offset, last_offset)``, where
+    ``last_offset`` is the offset of the ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    last_timestamp: int = -1
+    last_data_offset: int = -1
+    last_offset: int = -1  # last data or control offset
+    txn_first_offset: int | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"producer_id": self.producer_id, "epoch": self.epoch, "last_timestamp": self.last_timestamp,
+                "last_data_offset": self.last_data_offset, "last_offset": self.last_offset,
+                "txn_first_offset": self.txn_first_offset,
+                "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in self.batches]}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ProducerEntry:
+        entry = cls(raw["producer_id"], raw["epoch"], last_timestamp=raw["last_timestamp"],
+                    last_data_offset=raw["last_data_offset"], last_offset=raw["last_offset"],
+                    txn_first_offset=raw["txn_first_offset"])
+        entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
+        return entry
+
+
+class ProducerStateManager:
+    """The producer state of one partition (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerEntry] = {}
+        self.next_offset = 0  # the state covers rows below this offset
+
+    # -- decisions before an append ------------------------------------------------------------------
+
+    def check_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        """Validate an idempotent batch; returns the original batch when it is a duplicate."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            return None
+        if epoch < entry.epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}")
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}")
+            return None
+        for batch in entry.batches:
+            if batch.first_seq <= first_seq and last_seq <= batch.last_seq:
+                delta = first_seq - batch.first_seq
+                return BatchMetadata(first_seq, last_seq, batch.first_offset + delta,
+                                     batch.first_offset + delta + (last_seq - first_seq))
+        expected = 0 if entry.last_seq == INT32_MAX else entry.last_seq + 1
+        if entry.batches and first_seq != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch}: sequence {first_seq} does not follow {entry.last_seq}")
+        return None
+
+    def check_epoch(self, producer_id: int, epoch: int) -> None:
+        entry = self.entries.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is fenced by epoch {entry.epoch}")
+
+    # -- applying appended rows ----------------------------------------------------------------------
+
+    def apply(self, rows: pa.Table | pa.RecordBatch) -> list[AbortedTxn]:
+        """Update the state with appended rows (in offset order); returns the transactions they aborted."""
+        if rows.num_rows == 0:
+            return []
+        pids = rows.column("producer_id").to_numpy()
+        offsets = rows.column("offset").to_numpy()
+        self.next_offset = max(self.next_offset, int(offsets[-1]) + 1)
+        if not (pids != NO_PRODUCER_ID).any():
+            return []
+        epochs = rows.column("producer_epoch").to_numpy()
+        seqs = rows.column("sequence").to_numpy()
+        txn = np.asarray(rows.column("is_transactional").to_numpy(zero_copy_only=False), dtype=bool)
+        control = rows.column("control_type").to_numpy()
+        timestamps = rows.column("timestamp").to_numpy()
+        aborted: list[AbortedTxn] = []
+        # Runs of consecutive rows of one producer: a batch (data) or a marker (control).
+        change = np.flatnonzero((pids[1:] != pids[:-1]) | (control[1:] != control[:-1]) | (control[1:] >= 0))
+        starts = np.concatenate([[0], change + 1])
+        ends = np.concatenate([change + 1, [len(pids)]])
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            pid = int(pids[start])
+            if pid == NO_PRODUCER_ID:
+                continue
+            epoch = int(epochs[start])
+            entry = self.entries.get(pid)
+            if entry is None or epoch > entry.epoch:
+                entry = ProducerEntry(pid, epoch, txn_first_offset=entry.txn_first_offset if entry else None)
+                self.entries[pid] = entry
+            entry.last_timestamp = max(entry.last_timestamp, int(timestamps[end - 1]))
+            entry.last_offset = int(offsets[end - 1])
+            if control[start] != CONTROL_NONE:
+                if control[start] == CONTROL_ABORT and entry.txn_first_offset is not None:
+                    aborted.append(AbortedTxn(pid, entry.txn_first_offset, int(offsets[start])))
+                entry.txn_first_offset = None
+                continue
+            first_seq, last_seq = int(seqs[start]), int(seqs[end - 1])
+            first_offset, last_offset = int(offsets[start]), int(offsets[end - 1])
+            previous = entry.batches[-1] if entry.batches else None
+            if (previous is not None and first_seq == previous.last_seq + 1
+                    and first_offset == previous.last_offset + 1):
+                entry.batches[-1] = BatchMetadata(previous.first_seq, last_seq, previous.first_offset, last_offset)
+            elif first_seq >= 0:
+                entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
+            entry.last_data_offset = last_offset
+            if txn[start] and entry.txn_first_offset is None:
+                entry.txn_first_offset = first_offset
+        return aborted
+
+    # -- derived values --------------------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        opened = [e.txn_first_offset for e in self.entries.values() if e.txn_first_offset is not None]
+        return min(opened) if opened else None
+
+    def open_transactions(self) -> dict[int, int]:
+        return {pid: e.txn_first_offset for pid, e in self.entries.items() if e.txn_first_offset is not None}
+
+    def expire(self, now_ms: int, expiration_ms: int) -> None:
+        """Forget producers idle for ``producer.id.expiration.ms`` with no open transaction."""
+        for pid in [pid for pid, e in self.entries.items()
+                    if e.txn_first_offset is None and now_ms - e.last_timestamp > expiration_ms]:
+            del self.entries[pid]
+
+    def last_offsets_of_active_producers(self, now_ms: int, expiration_ms: int) -> dict[int, int]:
+        """Each unexpired producer's last offset: the cleaner keeps that row so its sequence survives."""
+        return {pid: e.last_offset for pid, e in self.entries.items()
+                if e.last_offset >= 0 and (e.txn_first_offset is not None
+                                           or now_ms - e.last_timestamp <= expiration_ms)}
+
+    # -- snapshots ---------------------------------------------------------------------------------------
+
+    def to_snapshot(self) -> bytes:
+        return json.dumps({"version": 0, "next_offset": self.next_offset,
+                           "producers": [e.to_json() for e in self.entries.values()]}).encode()
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> ProducerStateManager:
+        raw = json.loads(data)
+        state = cls()
+        state.next_offset = raw["next_offset"]
+        for item in raw["producers"]:
+            entry = ProducerEntry.from_json(item)
+            state.entries[entry.producer_id] = entry
+        return state

@@ -1,0 +1,51 @@
+"""compactlog.spark.session's decisions, without starting a JVM: the master and the default settings."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from compactlog.spark.session import LOG4J_CONFIG, default_conf, local_cores, resolve_master
+
+
+def test_the_master_comes_from_the_argument_then_the_environment_then_local(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COMPACTLOG_SPARK_MASTER", raising=False)
+    assert resolve_master() == "local[*]"
+    monkeypatch.setenv("COMPACTLOG_SPARK_MASTER", "spark://h:7077")
+    assert resolve_master() == "spark://h:7077"
+    assert resolve_master("local[2]") == "local[2]"
+
+
+@pytest.mark.parametrize(("master", "cores"), [
+    ("local", 1), ("local[3]", 3), ("local[3,2]", 3), ("local-cluster[2, 2, 1024]", 4),
+    ("spark://127.0.0.1:7077", None), ("yarn", None)])
+def test_local_cores(master: str, cores: int | None) -> None:
+    assert local_cores(master) == cores
+
+
+def test_defaults_make_executors_run_this_python_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    conf = default_conf("local[2]", {})
+    assert conf["spark.pyspark.python"] == conf["spark.pyspark.driver.python"] == sys.executable
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    assert conf["spark.sql.shuffle.partitions"] == "2"
+    assert conf["spark.speculation"] == "false"
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    assert "spark.sql.shuffle.partitions" not in default_conf("spark://h:7077", {})
+
+
+def test_the_users_settings_are_never_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python")
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    user = {"spark.ui.enabled": "true", "spark.driver.extraJavaOptions": "-Xss4m"}
+    conf = default_conf("local[2]", user)
+    assert "spark.ui.enabled" not in conf
+    assert "spark.pyspark.python" not in conf  # PYSPARK_PYTHON chose it
+    # Java options are extended, not replaced; a user's own log4j configuration wins.
+    assert conf["spark.driver.extraJavaOptions"].startswith("-Xss4m -Dlog4j2.configurationFile=")
+    own = default_conf("local[2]", {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=x"})
+    assert "spark.driver.extraJavaOptions" not in own
