@@ -40,7 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
-from .record import CONTROL_NONE, SCHEMA, header_bytes
+from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
+from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA, header_bytes
 from .segment import (
     ACTIVE_SUFFIX,
     CLEANED_SUFFIX,
@@ -69,6 +70,10 @@ FRAME_OVERHEAD_BYTES = FRAME_HEADER_SIZE + 1024
 # Bytes of one header beyond its name and value: two value offsets and validity bits.
 HEADER_FIXED_BYTES = 9
 READ_RETRIES = 5
+# The columns producer state is rebuilt from.
+PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",
+                    "control_type"]
+SNAPSHOT_SUFFIX = ".snapshot"
 # The columns offset_for_time reads.
 _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
@@ -164,6 +169,9 @@ class Log:
         self._sealed: list[SealedSegment] = []
         self._active: ActiveSegment | None = None
         self._pending_deletes: list[tuple[int, str]] = []
+        self._lock_depth = 0
+        self._producers = ProducerStateManager()
+        self._active_aborted: list[AbortedTxn] = []  # the active segment's transaction index
         self.recovered_bytes = 0
         with self.locked(refresh=False):
             self._recover()
@@ -175,12 +183,21 @@ class Log:
     def locked(self, refresh: bool = True) -> Iterator[Log]:
         """Hold the partition lock (this process's threads and other processes)."""
         with self._thread_lock:
+            if self._lock_depth:  # re-entered by this thread: the lock is held and the view fresh
+                self._lock_depth += 1
+                try:
+                    yield self
+                finally:
+                    self._lock_depth -= 1
+                return
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            self._lock_depth = 1
             try:
                 if refresh:
                     self._refresh()
                 yield self
             finally:
+                self._lock_depth = 0
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
@@ -270,6 +287,60 @@ class Log:
             path = os.path.join(self.directory, segment_name(end, ACTIVE_SUFFIX))
             self._active = ActiveSegment.create(path, end)
             fsync_dir(self.directory)
+        self._rebuild_producer_state()
+
+    def _rebuild_producer_state(self) -> None:
+        """The newest usable snapshot, then every row after it (Kafka's producer-state recovery)."""
+        end = self.active.next_offset
+        state: ProducerStateManager | None = None
+        for offset, path in sorted(self._snapshots(), reverse=True):
+            if offset > end:
+                continue
+            try:
+                with open(path, "rb") as f:
+                    state = ProducerStateManager.from_snapshot(f.read())
+                break
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # a damaged snapshot: an older one, or the log itself, rebuilds the state
+        start = state.next_offset if state is not None else 0
+        self._producers = state or ProducerStateManager()
+        self._active_aborted = []
+        for rows in self._rows_from(start, PRODUCER_COLUMNS):
+            self._apply_rows(rows)
+
+    def _snapshots(self) -> list[tuple[int, str]]:
+        return [(offset_from_name(n), os.path.join(self.directory, n)) for n in os.listdir(self.directory)
+                if n.endswith(SNAPSHOT_SUFFIX) and is_segment_name(n) and n.count(".") == 1]
+
+    def _write_snapshot(self) -> None:
+        """Producer state as of the active segment's base, written at every roll; older snapshots but
+        the previous one are removed."""
+        path = os.path.join(self.directory, segment_name(self._producers.next_offset, SNAPSHOT_SUFFIX))
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(self._producers.to_snapshot())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for offset, old in sorted(self._snapshots())[:-2]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(old)
+
+    def _rows_from(self, start: int, columns: list[str]) -> Iterator[pa.Table]:
+        """Rows from ``start`` on, markers included, read directly (the caller holds the lock)."""
+        for segment in self._sealed:
+            if segment.next_offset > start:
+                table = segment.read(start, None, columns=columns)
+                if table.num_rows:
+                    yield table
+        for batch in self.active.read_batches(max(start, self.active.base_offset)):
+            if batch.num_rows:
+                yield pa.Table.from_batches([batch]).select(columns)
+
+    def _apply_rows(self, rows: pa.Table) -> None:
+        for aborted in self._producers.apply(rows):
+            if aborted.last_offset >= self.active.base_offset:
+                self._active_aborted.append(aborted)
 
     def _refresh(self) -> None:
         """Catch up with changes made by other processes (called under the lock)."""
@@ -293,7 +364,11 @@ class Log:
             if growth == 0:
                 return
             if growth is not None:  # appends by another process: verify and take them in
+                before = current.next_offset
                 current.scan(truncate=True)
+                for batch in current.read_batches(before):
+                    if batch.num_rows:
+                        self._apply_rows(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS))
                 return
         # Rolled, swapped, retention-deleted or replaced (a topic deleted and created again) elsewhere.
         self._recover()
@@ -364,9 +439,61 @@ class Log:
                 if roll_first:
                     self._roll()
                 self.active.append_encoded(header, payload, batch)
+                rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
+                self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
             if flush:
                 self.active.flush()
             return first_offset, now
+
+    def append_producer_batch(self, rows: pa.Table, producer_id: int, epoch: int, base_sequence: int,
+                              transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
+        """Append an idempotent producer's batch: ``(first_offset, append_time, duplicate)``. A retried
+        batch (same producer, epoch and sequences) is not appended again: its original offsets come back."""
+        n = rows.num_rows
+        last_sequence = (base_sequence + n - 1) % (INT32_MAX + 1)
+        with self.locked():
+            duplicate = self._producers.check_batch(producer_id, epoch, base_sequence, last_sequence)
+            if duplicate is not None:
+                return duplicate.first_offset, self._clock(), True
+            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT32_MAX + 1)
+            for name, values in (("producer_id", pa.repeat(pa.scalar(producer_id, pa.int64()), n)),
+                                 ("producer_epoch", pa.repeat(pa.scalar(epoch, pa.int16()), n)),
+                                 ("sequence", pa.array(sequences.astype(np.int32))),
+                                 ("is_transactional", pa.repeat(pa.scalar(transactional), n))):
+                index = SCHEMA.get_field_index(name)
+                rows = rows.set_column(index, SCHEMA.field(index), values)
+            first, now = self.append(rows, flush=flush)
+            return first, now, False
+
+    def append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool = True) -> int:
+        """Append a transaction marker (COMMIT or ABORT control row) for a producer; returns its offset."""
+        with self.locked():
+            self._producers.check_epoch(producer_id, epoch)
+            first, _ = self.append(marker_rows(producer_id, epoch, control_type, self._clock()), flush=flush)
+            return first
+
+    # -- producer state and transactions -------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the log end offset."""
+        with self.locked():
+            unstable = self._producers.first_unstable_offset()
+            return unstable if unstable is not None else self.active.next_offset
+
+    def aborted_transactions(self, start_offset: int, end_offset: int | None = None) -> list[AbortedTxn]:
+        """Aborted transactions that may hold data in ``[start_offset, end_offset)``, from the segments'
+        transaction indexes (wherever their ABORT markers lie)."""
+        with self.locked():
+            entries = [a for s in self._sealed for a in s.aborted] + list(self._active_aborted)
+        return [a for a in entries
+                if a.last_offset >= start_offset and (end_offset is None or a.first_offset < end_offset)]
+
+    def producer_last_offsets(self, now_ms: int, expiration_ms: int) -> set[int]:
+        """Offsets of the last records of producers that have not expired (the cleaner keeps them)."""
+        with self.locked():
+            self._producers.expire(now_ms, expiration_ms)
+            return set(self._producers.last_offsets_of_active_producers(now_ms, expiration_ms).values())
 
     def _plan_frames(self, table: pa.Table, omitted: int, segment_bytes: int,
                      roll_ms: int) -> list[tuple[int, int, bool]]:
@@ -419,12 +546,14 @@ class Log:
                 return True
             return False
 
-    def _seal(self, segment: ActiveSegment) -> SealedSegment:
+    def _seal(self, segment: ActiveSegment, aborted: list[AbortedTxn] | None = None) -> SealedSegment:
         """Write ``segment`` as ``<base>.parquet`` (via ``.sealing``); the caller removes the ``.log``."""
         final = os.path.join(self.directory, segment_name(segment.base_offset, SEALED_SUFFIX))
         sealing = final + SEALING_SUFFIX
+        if aborted is None:  # an orphaned .log found by recovery: derive its transaction index from it
+            aborted = _aborted_in(segment)
         write_sealed(sealing, segment.to_table(), segment.base_offset, segment.next_offset,
-                     self._compression())
+                     self._compression(), aborted)
         os.replace(sealing, final)
         fsync_dir(self.directory)
         return SealedSegment.open(final, segment.base_offset)
@@ -434,12 +563,15 @@ class Log:
 
     def _roll(self) -> None:
         old = self.active
-        sealed = self._seal(old)
+        sealed = self._seal(old, self._active_aborted)
         self._active = ActiveSegment.create(
             os.path.join(self.directory, segment_name(old.next_offset, ACTIVE_SUFFIX)), old.next_offset)
         os.unlink(old.path)
         fsync_dir(self.directory)
         self._sealed.append(sealed)
+        self._active_aborted = []
+        self._producers.next_offset = max(self._producers.next_offset, old.next_offset)
+        self._write_snapshot()
 
     # -- reads ---------------------------------------------------------------------------------------------
 
@@ -544,6 +676,31 @@ class Log:
     def replace_sealed(self, sealed: list[SealedSegment]) -> None:
         """Install a new sealed segment list (the cleaner's swap, under the lock)."""
         self._sealed = sorted(sealed, key=lambda s: s.base_offset)
+
+
+def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:
+    """One transaction marker as a row: a control row of the producer, no key, value or headers."""
+    return pa.table([
+        pa.array([0], pa.int64()), pa.array([now_ms], pa.int64()), pa.nulls(1, pa.binary()),
+        pa.nulls(1, pa.binary()), pa.nulls(1, SCHEMA.field("headers").type), pa.array([producer_id], pa.int64()),
+        pa.array([epoch], pa.int16()), pa.array([NO_SEQUENCE], pa.int32()), pa.array([True]),
+        pa.array([control_type], pa.int8()), pa.array([NO_DELETE_HORIZON], pa.int64())], schema=SCHEMA)
+
+
+def _aborted_in(segment: ActiveSegment) -> list[AbortedTxn]:
+    """The aborted transactions whose markers lie in ``segment``, from its rows alone (the data's first
+    offset is the producer's first transactional offset seen in the segment, or the segment's base)."""
+    state = ProducerStateManager()
+    found = []
+    table = segment.to_table().select(PRODUCER_COLUMNS)
+    for aborted in state.apply(table):
+        found.append(aborted)
+    markers = table.filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
+    known = {a.last_offset for a in found}
+    for offset, pid in zip(markers.column("offset").to_pylist(), markers.column("producer_id").to_pylist()):
+        if offset not in known:
+            found.append(AbortedTxn(pid, segment.base_offset, offset))
+    return found
 
 
 def _with_filter_columns(columns: list[str] | None) -> list[str] | None:

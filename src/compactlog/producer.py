@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from .config import ProducerConfig
-from .errors import InvalidRecordError, RecordTooLargeError, StoreClosedError, UnknownTopicOrPartitionError
+from .errors import InvalidTxnStateError, InvalidRecordError, RecordTooLargeError, StoreClosedError, UnknownTopicOrPartitionError
+from .producer_state import INT32_MAX
 from .partitioner import StickyPartitioner, partitions_for_keys
 from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from .config import TopicConfig
     from .log import Log
     from .store import Store
+
+
+INT32_LIMIT = INT32_MAX + 1  # sequences wrap around to 0 after Int.MaxValue, as in Kafka
 
 
 class _Drained:
@@ -60,6 +64,7 @@ class RecordFuture:
     def result(self, timeout: float | None = None) -> RecordMetadata:
         drained = self._accumulator.drain_now()
         if drained.error is not None:
+            self._accumulator.producer._delivered(drained.error)
             raise drained.error
         assert drained.partitions is not None and drained.offsets is not None
         assert drained.timestamps is not None
@@ -68,7 +73,10 @@ class RecordFuture:
                               drained.timestamps[i])
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        return self._accumulator.drain_now().error
+        error = self._accumulator.drain_now().error
+        if error is not None:
+            self._accumulator.producer._delivered(error)
+        return error
 
 
 class _Accumulator:
@@ -119,6 +127,17 @@ class Producer:
         self._clock = store.clock
         self._closed = False
         self._wakeup = threading.Condition(self._lock)
+        # Idempotence: one producer id and epoch, a sequence per partition (Kafka's idempotent producer).
+        self._transactional_id = config.transactional_id
+        self._producer_id: int | None = None
+        self._epoch = 0
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._in_transaction = False
+        self._txn_partitions: set[tuple[str, int]] = set()
+        self._flush_errors: list[BaseException] = []
+        if self._transactional_id is not None:  # registering the id now fences every older instance
+            self._producer_id, self._epoch = store.transactions.init_producer(
+                self._transactional_id, config.transaction_timeout_ms)
         self._sender: threading.Thread | None = None
         if config.linger_ms > 0:
             self._sender = threading.Thread(target=self._linger_loop, name="compactlog-producer", daemon=True)
@@ -133,9 +152,12 @@ class Producer:
     def send(self, topic: str, key: bytes | None = None, value: bytes | None = None,
              timestamp: int | None = None, headers: Sequence[tuple[str, bytes | None]] | None = None,
              partition: int | None = None) -> RecordFuture:
-        """Buffer one record; ``value=None`` sends a tombstone. Returns a future of its RecordMetadata."""
+        """Buffer one record; ``value=None`` sends a tombstone. Returns a future of its RecordMetadata.
+        A transactional producer sends only inside a transaction."""
         if self._closed:
             raise StoreClosedError("producer is closed")
+        if self._transactional_id is not None and not self._in_transaction:
+            raise InvalidTxnStateError("send() outside a transaction: call begin_transaction() first")
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
@@ -189,13 +211,78 @@ class Producer:
         return buffer
 
     def flush(self) -> None:
-        """Append everything buffered and fsync it: after this returns every sent record is durable."""
+        """Append everything buffered and fsync it: after this returns every sent record is durable.
+        Raises the first error of a batch that could not be appended since the last flush."""
         with self._lock:
             for buffer in list(self._buffers.values()):
                 self._drain(buffer)
             touched, self._touched = self._touched, set()
+            errors, self._flush_errors = self._flush_errors, []
         for topic, partition in sorted(touched):
             self.store.log(topic, partition).flush()
+        if errors:
+            raise errors[0]
+
+    def _delivered(self, error: BaseException) -> None:
+        """A batch's error reached the caller through a future: flush need not raise it again."""
+        with self._lock:
+            self._flush_errors = [e for e in self._flush_errors if e is not error]
+
+    # -- transactions ------------------------------------------------------------------------------------
+
+    def _require_transactional(self) -> str:
+        if self._transactional_id is None:
+            raise InvalidTxnStateError("this producer has no transactional_id")
+        return self._transactional_id
+
+    def begin_transaction(self) -> None:
+        self._require_transactional()
+        if self._in_transaction:
+            raise InvalidTxnStateError("a transaction is already open")
+        self._in_transaction = True
+        self._txn_partitions = set()
+
+    def commit_transaction(self) -> None:
+        """Append what is buffered, then write COMMIT markers into every partition of the transaction:
+        read_committed readers see all of it from then on, or (on an error) none of it."""
+        transactional_id = self._require_transactional()
+        if not self._in_transaction:
+            raise InvalidTxnStateError("commit_transaction() without an open transaction")
+        assert self._producer_id is not None
+        try:
+            self.flush()
+        except BaseException:
+            self._finish_transaction()
+            raise
+        try:
+            if self._txn_partitions:
+                self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, True)
+            else:  # nothing was sent: no markers, but a fenced producer still learns it is fenced
+                self.store.transactions.verify(transactional_id, self._producer_id, self._epoch)
+        finally:
+            self._finish_transaction()
+
+    def abort_transaction(self) -> None:
+        """Drop what is still buffered and write ABORT markers into every partition of the transaction."""
+        transactional_id = self._require_transactional()
+        if not self._in_transaction:
+            raise InvalidTxnStateError("abort_transaction() without an open transaction")
+        assert self._producer_id is not None
+        with self._lock:
+            for buffer in list(self._buffers.values()):
+                buffer.drained = _Drained()
+                buffer.drained.error = InvalidTxnStateError("the transaction was aborted before this record was sent")
+            self._buffers.clear()
+            self._flush_errors = []
+        try:
+            if self._txn_partitions:
+                self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, False)
+        finally:
+            self._finish_transaction()
+
+    def _finish_transaction(self) -> None:
+        self._in_transaction = False
+        self._txn_partitions = set()
 
     def close(self) -> None:
         """Flush, then stop. The producer is closed even when the flush fails (the error is raised)."""
@@ -230,8 +317,9 @@ class Producer:
             buffer.drained = drained = _Drained()
             try:
                 self._append_buffer(buffer, drained)
-            except BaseException as e:  # every future of the batch reports the failure
+            except BaseException as e:  # every future of the batch, and the next flush, report the failure
                 drained.error = e
+                self._flush_errors.append(e)
 
     def _append_buffer(self, buffer: _Accumulator, drained: _Drained) -> None:
         n = len(buffer.keys)
@@ -262,6 +350,15 @@ class Producer:
         offsets = np.empty(n, dtype=np.int64)
         timestamps = buffer.timestamps
         targets = [0] if buffer.num_partitions == 1 else np.unique(partitions).tolist()
+        if self._producer_id is None and self.config.enable_idempotence:
+            self._producer_id, self._epoch = self.store.transactions.init_producer(None, 0)
+        transactional = self._transactional_id is not None
+        if transactional:
+            assert self._producer_id is not None and self._transactional_id is not None
+            new = [(buffer.topic, p) for p in targets if (buffer.topic, p) not in self._txn_partitions]
+            if new:  # recorded before any data reaches them, so an abort or a timeout finds them
+                self.store.transactions.add_partitions(self._transactional_id, self._producer_id, self._epoch, new)
+                self._txn_partitions.update(new)
         for partition in targets:
             log: Log = self.store.log(buffer.topic, partition)
             if len(targets) == 1:
@@ -270,7 +367,14 @@ class Producer:
             else:
                 positions = np.flatnonzero(partitions == partition)
                 part_rows = rows.take(pa.array(positions))
-            first, append_time = log.append(part_rows, flush=False)
+            if self._producer_id is None:
+                first, append_time = log.append(part_rows, flush=False)
+            else:
+                tp = (buffer.topic, partition)
+                sequence = self._sequences.get(tp, 0)
+                first, append_time, _ = log.append_producer_batch(
+                    part_rows, self._producer_id, self._epoch, sequence, transactional, flush=False)
+                self._sequences[tp] = (sequence + part_rows.num_rows) % INT32_LIMIT
             if positions is None:
                 offsets[:] = np.arange(first, first + n)
             else:

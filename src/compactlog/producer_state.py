@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,3 +206,16 @@ class ProducerStateManager:
             entry = ProducerEntry.from_json(item)
             state.entries[entry.producer_id] = entry
         return state
+
+
+def aborted_mask(offsets: np.ndarray, producer_ids: np.ndarray, transactional: np.ndarray,
+                 control: np.ndarray, aborted: Sequence[AbortedTxn]) -> np.ndarray:
+    """Rows that are data of an aborted transaction."""
+    mask = np.zeros(len(offsets), dtype=bool)
+    if not aborted:
+        return mask
+    candidate = transactional & ~control
+    for txn in aborted:
+        mask |= candidate & (producer_ids == txn.producer_id) & (offsets >= txn.first_offset) & (
+            offsets < txn.last_offset)
+    return mask

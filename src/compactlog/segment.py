@@ -17,7 +17,9 @@ A partition directory holds segments named by their base offset, zero-padded to 
 * ``<base>.parquet``: a **sealed segment**, written once. Its footer's key-value metadata records
   ``compactlog.base_offset``, ``compactlog.next_offset`` (one past the range the segment covers),
   ``compactlog.record_count``, ``compactlog.control_count``, ``compactlog.first_timestamp`` and
-  ``compactlog.max_timestamp``; rows are in offset order, so row-group statistics on ``offset`` and
+  ``compactlog.max_timestamp``, and ``compactlog.aborted``, the segment's transaction index: a JSON list
+  of ``[producer id, first offset, ABORT marker offset]`` for the aborted transactions whose marker lies
+  in the segment (Kafka's ``.txnindex``); rows are in offset order, so row-group statistics on ``offset`` and
   ``timestamp`` let a seek read only the row groups it needs.
 
 Suffixes of files in transit (Kafka's): ``.cleaned`` (cleaner output being written), ``.swap`` (output
@@ -28,10 +30,11 @@ ready to replace old segments), ``.deleted`` (replaced, awaiting ``file.delete.d
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import CorruptSegmentError
+from .producer_state import AbortedTxn
 from .record import (
     CONTROL_NONE,
     NO_DELETE_HORIZON,
@@ -81,6 +85,7 @@ _stored_schemas: dict[int, tuple[pa.Schema, list[int]]] = {}
 
 ROW_GROUP_ROWS = 131072
 _META_PREFIX = b"compactlog."
+_ABORTED_KEY = b"compactlog.aborted"  # JSON [[producer id, first offset, marker offset], ...]
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -410,6 +415,8 @@ class SealedSegment:
     def __init__(self, path: str, meta: SegmentMeta, inode: int) -> None:
         self.path = path
         self.meta = meta
+        # The transaction index: aborted transactions whose ABORT marker is in this segment.
+        self.aborted: tuple[AbortedTxn, ...] = ()
         self.inode = inode
 
     @property
@@ -431,7 +438,8 @@ class SealedSegment:
         kv = meta_data.metadata or {}
         try:
             fields = {k[len(_META_PREFIX):].decode(): int(v)
-                      for k, v in kv.items() if k.startswith(_META_PREFIX)}
+                      for k, v in kv.items() if k.startswith(_META_PREFIX) and k != _ABORTED_KEY}
+            aborted = tuple(AbortedTxn(*entry) for entry in json.loads(kv.get(_ABORTED_KEY, b"[]")))
             meta = SegmentMeta(fields["base_offset"], fields["next_offset"], stat.st_size,
                                fields["record_count"], fields["control_count"], fields["first_timestamp"],
                                fields["max_timestamp"], False)
@@ -449,7 +457,9 @@ class SealedSegment:
             if stats is not None and last_stats is not None and stats.has_min_max and (
                     stats.min < meta.base_offset or last_stats.max >= meta.next_offset):
                 raise CorruptSegmentError(f"{path}: offsets outside [{meta.base_offset}, {meta.next_offset})")
-        return cls(path, meta, stat.st_ino)
+        segment = cls(path, meta, stat.st_ino)
+        segment.aborted = aborted
+        return segment
 
     def row_groups_for_offsets(self, file: pq.ParquetFile, start: int, end: int | None) -> list[int]:
         groups = []
@@ -520,13 +530,16 @@ class SegmentWriter:
         self.record_count += table.num_rows
         self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
 
-    def close(self, next_offset: int) -> SealedSegment:
+    def close(self, next_offset: int, aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
         metadata = {
             "base_offset": self.base_offset, "next_offset": next_offset, "record_count": self.record_count,
             "control_count": self.control_count, "first_timestamp": self.first_timestamp,
             "max_timestamp": self.max_timestamp,
         }
-        self._writer.add_key_value_metadata({f"compactlog.{k}": str(v) for k, v in metadata.items()})
+        footer = {f"compactlog.{k}": str(v) for k, v in metadata.items()}
+        footer[_ABORTED_KEY.decode()] = json.dumps(
+            [[a.producer_id, a.first_offset, a.last_offset] for a in sorted(aborted, key=lambda a: a.last_offset)])
+        self._writer.add_key_value_metadata(footer)
         self._writer.close()
         fsync_path(self.path)
         segment = SealedSegment.open(self.path, self.base_offset)
@@ -542,7 +555,7 @@ class SegmentWriter:
 
 
 def write_sealed(path: str, rows: pa.Table | list[pa.RecordBatch], base_offset: int, next_offset: int,
-                 compression: str = "snappy") -> SealedSegment:
+                 compression: str = "snappy", aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
     """Write a whole sealed segment to ``path`` and fsync it."""
     writer = SegmentWriter(path, base_offset, compression)
     try:
@@ -551,7 +564,7 @@ def write_sealed(path: str, rows: pa.Table | list[pa.RecordBatch], base_offset: 
         else:
             for batch in rows:
                 writer.write(batch)
-        return writer.close(next_offset)
+        return writer.close(next_offset, aborted)
     except BaseException:
         writer.abort()
         raise

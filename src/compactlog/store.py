@@ -27,23 +27,28 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from .checkpoint import CheckpointFile
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
 from .errors import (
+    ConfigError,
     InvalidTopicError,
     StoreClosedError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from .log import Log, fsync_dir
-from .record import READ_COLUMNS, Record, check_rows, to_rows
+from .producer_state import aborted_mask
+from .record import CONTROL_ABORT, CONTROL_COMMIT, READ_COLUMNS, Record, check_rows, to_rows
+from .transactions import TransactionCoordinator
 
 if TYPE_CHECKING:
     from .cleaner.cleaner import CleanReport
     from .producer import Producer
 
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
@@ -132,6 +137,7 @@ class Store:
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         self._closed = False
+        self._coordinator: TransactionCoordinator | None = None
         from .cleaner.state import CleanerState
 
         self.cleaner_state = CleanerState()
@@ -301,9 +307,20 @@ class Store:
         self._check_open()
         return Producer(self, producer_config({k.replace("_", "."): v for k, v in configs.items()}))
 
-    def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch) -> AppendResult:
+    def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch, *,
+               producer_id: int | None = None, producer_epoch: int = 0, base_sequence: int = 0,
+               transactional: bool = False) -> AppendResult:
         """Bulk append: a table with ``key``, ``value`` and optionally ``timestamp``, ``headers``.
-        All rows or none are appended; they are durable when this returns."""
+
+        Invalid input appends nothing. The rows are durable when this returns. A table larger than one
+        frame (65,536 rows) or than the room left in the active segment is written as several frames, so
+        a crash before this returns may keep a prefix of it (as a Kafka produce request of several
+        batches may); nothing is acknowledged before it returns.
+
+        With ``producer_id`` the table is one idempotent batch of that producer (``producer_epoch``,
+        sequences from ``base_sequence``): a retry of an appended batch is not appended again and returns
+        the original offsets; an older epoch raises ProducerFencedError, a sequence gap
+        OutOfOrderSequenceError."""
         log = self.log(topic, partition)
         config = self.topic_config(topic)
         rows = to_rows(table, self.clock())
@@ -311,19 +328,48 @@ class Store:
         if rows.num_rows == 0:
             end = log.log_end_offset
             return AppendResult(topic, partition, end, end - 1, 0)
-        first, _ = log.append(rows, flush=True)
+        if producer_id is None:
+            first, _ = log.append(rows, flush=True)
+        else:
+            first, _, _ = log.append_producer_batch(rows, producer_id, producer_epoch, base_sequence,
+                                                    transactional, flush=True)
         return AppendResult(topic, partition, first, first + rows.num_rows - 1, rows.num_rows)
+
+    # -- transactions ------------------------------------------------------------------------------------
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        if self._coordinator is None:
+            self._coordinator = TransactionCoordinator(self)
+        return self._coordinator
+
+    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int:
+        """Append a COMMIT or ABORT marker for a producer's transaction (fsynced); returns its offset."""
+        return self.log(topic, partition).append_marker(producer_id, epoch,
+                                                        CONTROL_COMMIT if commit else CONTROL_ABORT)
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """The first offset of the oldest open transaction in the partition, else its log end offset:
+        read_committed readers and the cleaner stop there."""
+        return self.log(topic, partition).last_stable_offset
+
+    def abort_expired_transactions(self) -> list[str]:
+        """Abort (with ABORT markers, fencing their producers) the transactions open longer than their
+        ``transaction.timeout.ms``; returns their transactional ids."""
+        self._check_open()
+        return self.transactions.abort_expired()
 
     # -- consume -----------------------------------------------------------------------------------------
 
     def read_arrow(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
-                   columns: list[str] | None = None) -> pa.Table:
+                   columns: list[str] | None = None, isolation_level: str = "read_uncommitted") -> pa.Table:
         """Records of ``[start_offset, end_offset)`` as one table (columns offset, timestamp, key, value,
-        headers by default). Transaction markers are never returned."""
+        headers by default). Transaction markers are never returned; ``read_committed`` stops at the last
+        stable offset and skips data of aborted transactions."""
         log = self.log(topic, partition)
         log.check_offset(start_offset)
         wanted = list(columns) if columns is not None else list(READ_COLUMNS)
-        tables = list(log.read_tables(start_offset, end_offset, columns=wanted))
+        tables = list(self._read_tables(log, start_offset, end_offset, wanted, isolation_level))
         if not tables:
             from .record import SCHEMA
 
@@ -331,13 +377,50 @@ class Store:
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def read(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
-             **options: Any) -> Iterator[Record]:
+             isolation_level: str = "read_uncommitted") -> Iterator[Record]:
         """Records of ``[start_offset, end_offset)`` in offset order. Offset gaps left by compaction are
         skipped: a start offset inside a gap starts at the next record. Raises OffsetOutOfRangeError below
-        the log start or past the log end."""
+        the log start or past the log end. ``read_committed`` stops at the last stable offset and skips
+        the data of aborted transactions (found through the segments' transaction indexes)."""
         log = self.log(topic, partition)
         log.check_offset(start_offset)
-        return _records(log.read_tables(start_offset, end_offset, columns=list(READ_COLUMNS)))
+        _check_isolation_level(isolation_level)  # now, not when the first record is asked for
+        return _records(self._read_tables(log, start_offset, end_offset, list(READ_COLUMNS), isolation_level))
+
+    def read_tables(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
+                    columns: list[str] | None = None, isolation_level: str = "read_uncommitted",
+                    ) -> Iterator[pa.Table]:
+        """:meth:`read_arrow` one table at a time (one or more per segment), in offset order, for reads
+        larger than memory (the Spark data source reads this way). The offsets are checked now."""
+        log = self.log(topic, partition)
+        log.check_offset(start_offset)
+        _check_isolation_level(isolation_level)
+        wanted = list(columns) if columns is not None else list(READ_COLUMNS)
+        return self._read_tables(log, start_offset, end_offset, wanted, isolation_level)
+
+    def _read_tables(self, log: Log, start_offset: int, end_offset: int | None, columns: list[str],
+                     isolation_level: str) -> Iterator[pa.Table]:
+        _check_isolation_level(isolation_level)
+        if isolation_level == "read_uncommitted":
+            yield from log.read_tables(start_offset, end_offset, columns=columns)
+            return
+        stable = log.last_stable_offset
+        end = stable if end_offset is None else min(end_offset, stable)
+        if end <= start_offset:
+            return
+        aborted = log.aborted_transactions(start_offset, end)
+        if not aborted:
+            yield from log.read_tables(start_offset, end, columns=columns)
+            return
+        extra = [c for c in ("offset", "producer_id", "is_transactional") if c not in columns]
+        for table in log.read_tables(start_offset, end, columns=[*columns, *extra]):
+            dropped = aborted_mask(table.column("offset").to_numpy(), table.column("producer_id").to_numpy(),
+                                   np.asarray(table.column("is_transactional").to_numpy(zero_copy_only=False),
+                                              dtype=bool),
+                                   np.zeros(table.num_rows, dtype=bool), aborted)
+            kept = table.filter(pa.array(~dropped)) if dropped.any() else table
+            if kept.num_rows:
+                yield kept.select(columns)
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         return self.log(topic, partition).log_start_offset
@@ -384,12 +467,18 @@ class Store:
         ``executor`` is None (in process) or a SparkSession (see :mod:`compactlog.spark`)."""
         from .cleaner.cleaner import clean
 
+        self.abort_expired_transactions()  # maintenance: no open transaction outlives its timeout
         return clean(self, force=force, topic=topic, partition=partition, executor=executor)
 
     def cleaner_metrics(self) -> dict[str, int | float]:
         from .cleaner.cleaner import cleaner_metrics
 
         return cleaner_metrics(self)
+
+
+def _check_isolation_level(isolation_level: str) -> None:
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ConfigError(f"isolation_level: {isolation_level!r} is not one of {', '.join(ISOLATION_LEVELS)}")
 
 
 def _records(tables: Iterator[pa.Table]) -> Iterator[Record]:

@@ -145,6 +145,11 @@ class TransactionCoordinator:
                 f"({current} now owns it)")
         return meta
 
+    def verify(self, transactional_id: str, producer_id: int, epoch: int) -> None:
+        """Raise ProducerFencedError unless this producer id and epoch still own the transactional id."""
+        with self._locked():
+            self._current(transactional_id, producer_id, epoch)
+
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                        partitions: list[tuple[str, int]]) -> None:
         with self._locked():

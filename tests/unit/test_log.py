@@ -47,8 +47,8 @@ def contents(store: compactlog.Store, topic: str = "t", partition: int = 0) -> l
 
 
 def segment_files(store: compactlog.Store, topic: str = "t", partition: int = 0) -> list[str]:
-    directory = store.log(topic, partition).directory
-    return sorted(name for name in os.listdir(directory) if not name.startswith("."))
+    directory = store.log(topic, partition).directory  # producer-state snapshots are not segments
+    return sorted(name for name in os.listdir(directory) if not name.startswith(".") and ".snapshot" not in name)
 
 
 # ---------------------------------------------------------------------------------------- bulk append

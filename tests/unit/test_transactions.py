@@ -57,6 +57,7 @@ def test_aborted_data_is_skipped_by_read_committed_and_markers_are_never_records
     with store.producer(transactional_id="w") as producer:
         producer.begin_transaction()
         producer.send("orders", key=b"o1", value=b"aborted")
+        producer.flush()  # appended (read_uncommitted sees it) before the abort
         producer.abort_transaction()
         producer.begin_transaction()
         producer.send("orders", key=b"o1", value=b"committed")
@@ -107,6 +108,7 @@ def test_markers_go_only_after_their_data_and_the_delete_horizon(tmp_path: Path)
     with store.producer(transactional_id="w") as txn:
         txn.begin_transaction()
         txn.send("orders", key=b"o", value=b"aborted")
+        txn.flush()
         txn.abort_transaction()
     plain = store.producer()
 

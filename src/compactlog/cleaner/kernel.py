@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..producer_state import AbortedTxn
+from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
 from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
 from .offset_map import OffsetMap
@@ -112,19 +112,6 @@ class GroupResult:
     bytes_written: int
     invalid_records: int
     tombstones_stamped: int
-
-
-def aborted_mask(offsets: np.ndarray, producer_ids: np.ndarray, transactional: np.ndarray,
-                 control: np.ndarray, aborted: Sequence[AbortedTxn]) -> np.ndarray:
-    """Rows that are data of an aborted transaction."""
-    mask = np.zeros(len(offsets), dtype=bool)
-    if not aborted:
-        return mask
-    candidate = transactional & ~control
-    for txn in aborted:
-        mask |= candidate & (producer_ids == txn.producer_id) & (offsets >= txn.first_offset) & (
-            offsets < txn.last_offset)
-    return mask
 
 
 def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, np.ndarray]:
@@ -273,7 +260,9 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
     control_type = table.column("control_type").to_numpy()
     control = control_type != CONTROL_NONE
     keyless = np.asarray(keys.is_null(), dtype=bool)
-    if entries is not None:
+    if entries is not None and len(offset_map) == 0:
+        found = np.full(len(offsets), -1, dtype=np.int64)
+    elif entries is not None:
         found = np.where(entries >= 0, offset_map.offsets[np.maximum(entries, 0)], -1)
     else:
         found = offset_map.lookup(keys)

@@ -16,6 +16,7 @@ Rules the tasks keep:
   :meth:`Store.append` call is atomic and durable; a task is not (see :func:`append_batches`).
 * Reads never return transaction markers, skip offset gaps left by compaction, and start at the log start
   when asked for an offset below it (retention deleted those records; nothing is there to return).
+  ``read_committed`` reads stop at the last stable offset and skip aborted transactions' data.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import ExecutorError, InvalidRecordError, UnknownTopicOrPartitionError
+from ..errors import ExecutorError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..partitioner import StickyPartitioner, partitions_for_keys
 from ..record import READ_COLUMNS
 from ..store import TOPICS_DIR, AppendResult, Store, open_store
@@ -67,6 +68,9 @@ APPEND_FLUSH_BYTES = 32 * 1024 * 1024
 # reduced state if larger: each row is then reduced a bounded number of times (amortised linear work), and
 # memory stays within about twice the live data plus one segment.
 LATEST_REDUCE_BYTES = 64 * 1024 * 1024
+
+# How often a read looks up the log start again when retention moves it during the call.
+READ_ATTEMPTS = 3
 
 _TEXT_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 
@@ -245,22 +249,30 @@ def to_output(table: pa.Table, topic: str, partition: int) -> pa.Table:
 
 
 def _tables(store: Store, topic: str, partition: int, start_offset: int, end_offset: int | None,
-            ) -> Iterator[pa.Table]:
-    log = store.log(topic, partition)
-    # Below the log start there is nothing left to read (retention removed it): start at the log start.
-    start = max(start_offset, log.log_start_offset)
-    if end_offset is not None and start >= end_offset:
+            isolation_level: str) -> Iterator[pa.Table]:
+    """The records of a range, table by table. ``read_committed`` stops at the last stable offset and
+    drops the data of aborted transactions (:meth:`Store.read_tables` owns that rule)."""
+    for _ in range(READ_ATTEMPTS):
+        # Below the log start there is nothing left to read (retention removed it): start at the log start.
+        start = max(start_offset, store.log_start_offset(topic, partition))
+        if end_offset is not None and start >= end_offset:
+            return
+        try:
+            tables = store.read_tables(topic, partition, start, end_offset, list(READ_COLUMNS), isolation_level)
+        except OffsetOutOfRangeError:
+            continue  # retention moved the log start between the two calls: look again
+        yield from tables
         return
-    yield from log.read_tables(start, end_offset, columns=list(READ_COLUMNS))
+    raise OffsetOutOfRangeError(f"the log start of {topic}-{partition} kept moving past offset {start_offset}")
 
 
 def read_range(data_dir: str, topic: str, partition: int, start_offset: int, end_offset: int | None,
-               ) -> Iterator[pa.RecordBatch]:
+               isolation_level: str = "read_uncommitted") -> Iterator[pa.RecordBatch]:
     """Every record of ``[start_offset, end_offset)`` of one partition, in offset order, as
     :data:`OUTPUT_SCHEMA` batches. Offset gaps are skipped; transaction markers never appear."""
     store = open_topic(data_dir, topic)
     try:
-        for table in _tables(store, topic, partition, start_offset, end_offset):
+        for table in _tables(store, topic, partition, start_offset, end_offset, isolation_level):
             yield from to_output(table, topic, partition).to_batches(max_chunksize=OUTPUT_BATCH_ROWS)
     finally:
         store.close()
@@ -279,7 +291,8 @@ def latest_per_key(table: pa.Table) -> pa.Table:
 
 
 def read_latest(data_dir: str, topic: str, partition: int, start_offset: int, end_offset: int | None,
-                *, reduce_bytes: int = LATEST_REDUCE_BYTES) -> Iterator[pa.RecordBatch]:
+                isolation_level: str = "read_uncommitted", *, reduce_bytes: int = LATEST_REDUCE_BYTES,
+                ) -> Iterator[pa.RecordBatch]:
     """The newest record of every live key among the records of ``[start_offset, end_offset)`` of one
     partition, in offset order, as :data:`OUTPUT_SCHEMA` batches. Tombstoned keys are absent.
 
@@ -291,7 +304,7 @@ def read_latest(data_dir: str, topic: str, partition: int, start_offset: int, en
         state: pa.Table | None = None
         pending: list[pa.Table] = []
         pending_bytes = 0
-        for table in _tables(store, topic, partition, start_offset, end_offset):
+        for table in _tables(store, topic, partition, start_offset, end_offset, isolation_level):
             pending.append(table)
             pending_bytes += table.nbytes
             if pending_bytes >= max(reduce_bytes, state.nbytes if state is not None else 0):
