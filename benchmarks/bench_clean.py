@@ -33,9 +33,9 @@ import pyarrow.dataset  # noqa: F401  (warm-up: pq.read_table imports it lazily)
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import banner, keyed_table  # noqa: E402
+from _common import banner, keyed_table
 
-import compactlog  # noqa: E402
+import compactlog
 
 KAFKA_CLEANER_MB_S = (16, 87)  # Kafka's published cleaner throughput per thread
 
@@ -93,7 +93,7 @@ def child_pyarrow(data_dir: str, retained_file: str, out: str) -> dict[str, floa
              for path in files]
     start = time.perf_counter()
     with pq.ParquetWriter(out, pq.read_schema(files[0])) as writer:
-        for path, mask in zip(files, masks):
+        for path, mask in zip(files, masks, strict=True):
             writer.write_table(pq.read_table(path).filter(mask))
     return {"seconds": time.perf_counter() - start, "peak_rss": peak_rss()}
 

@@ -32,7 +32,7 @@ from .store import AppendResult, PartitionInfo, SegmentInfo, Store, open_store
 __version__ = "0.1.0"
 
 
-def open(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:  # noqa: A001
+def open(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:
     """Open (creating if needed) a data directory. ``clock`` returns epoch milliseconds (default: wall clock)."""
     return open_store(data_dir, clock)
 
@@ -58,8 +58,8 @@ __all__ = [
     "RecordMetadata",
     "RecordTooLargeError",
     "SegmentInfo",
-    "StoreClosedError",
     "Store",
+    "StoreClosedError",
     "TopicConfig",
     "TopicExistsError",
     "UnknownTopicOrPartitionError",

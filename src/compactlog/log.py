@@ -322,7 +322,7 @@ class Log:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        for offset, old in sorted(self._snapshots())[:-2]:
+        for _, old in sorted(self._snapshots())[:-2]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(old)
 
@@ -697,7 +697,8 @@ def _aborted_in(segment: ActiveSegment) -> list[AbortedTxn]:
         found.append(aborted)
     markers = table.filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
     known = {a.last_offset for a in found}
-    for offset, pid in zip(markers.column("offset").to_pylist(), markers.column("producer_id").to_pylist()):
+    pairs = zip(markers.column("offset").to_pylist(), markers.column("producer_id").to_pylist(), strict=True)
+    for offset, pid in pairs:
         if offset not in known:
             found.append(AbortedTxn(pid, segment.base_offset, offset))
     return found

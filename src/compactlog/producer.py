@@ -22,9 +22,15 @@ import numpy as np
 import pyarrow as pa
 
 from .config import ProducerConfig
-from .errors import InvalidTxnStateError, InvalidRecordError, RecordTooLargeError, StoreClosedError, UnknownTopicOrPartitionError
-from .producer_state import INT32_MAX
+from .errors import (
+    InvalidRecordError,
+    InvalidTxnStateError,
+    RecordTooLargeError,
+    StoreClosedError,
+    UnknownTopicOrPartitionError,
+)
 from .partitioner import StickyPartitioner, partitions_for_keys
+from .producer_state import INT32_MAX
 from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows
 
 if TYPE_CHECKING:

@@ -141,7 +141,7 @@ class ProducerStateManager:
         change = np.flatnonzero((pids[1:] != pids[:-1]) | (control[1:] != control[:-1]) | (control[1:] >= 0))
         starts = np.concatenate([[0], change + 1])
         ends = np.concatenate([change + 1, [len(pids)]])
-        for start, end in zip(starts.tolist(), ends.tolist()):
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             pid = int(pids[start])
             if pid == NO_PRODUCER_ID:
                 continue

@@ -19,9 +19,9 @@ import tempfile
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from support import FakeClock
 
 import compactlog
+from support import FakeClock
 
 MIN_LAG = 3_000
 RETENTION = 10_000

@@ -14,9 +14,9 @@ import tempfile
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from support import FakeClock
 
 import compactlog
+from support import FakeClock
 
 KEYS = st.sampled_from([b"a", b"b", b"c"])
 WRITERS = st.sampled_from([0, 1])

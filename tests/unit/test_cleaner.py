@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import FakeClock
 
 import compactlog
 from compactlog.checkpoint import read_checkpoint
@@ -18,6 +17,7 @@ from compactlog.cleaner.kernel import CleanTask, retain_mask
 from compactlog.cleaner.offset_map import ENTRY_OVERHEAD_BYTES, OffsetMap
 from compactlog.cleaner.retain import should_retain_record
 from compactlog.record import SCHEMA
+from support import FakeClock
 
 DAY = 86_400_000
 
@@ -105,11 +105,8 @@ def test_retain_mask_matches_should_retain_record(records, map_upto, now) -> Non
             offset=i, key=key, is_tombstone=tombstone and not control, is_control=control,
             map_latest_offset_for_key=found, map_latest_offset=m.latest_offset, delete_horizon_ms=horizon,
             now_ms=now, batch_aborted=False)
-        if control:
-            # A marker with no records of its transaction left (none here) goes once its horizon passed.
-            expected = i > m.latest_offset or horizon == -1 or now < horizon
-        else:
-            expected = decision.retained
+        # A marker with no records of its transaction left (none here) goes once its horizon passed.
+        expected = (i > m.latest_offset or horizon == -1 or now < horizon) if control else decision.retained
         assert bool(keep[i]) == expected, (i, records[i], decision)
 
 
@@ -120,7 +117,7 @@ def test_seed_medium_article_log_compacts_to_p3_11_p6_12_p5_14_p5_17(tmp_path: o
     store = compactlog.open(str(tmp_path))
     compacted(store)
     send_all(store, "t", [(k.encode(), v.encode()) for k, v in
-                          (kv.split(":") for kv in "p3:10 p5:7 p3:11 p6:25 p6:12 p5:14 p5:17".split())])
+                          (kv.split(":") for kv in ["p3:10", "p5:7", "p3:11", "p6:25", "p6:12", "p5:14", "p5:17"])])
     report = store.clean()
     assert [p.end_offset for p in report.partitions] == [6]
     assert [(k, v) for _, k, v in contents(store)] == [(b"p3", b"11"), (b"p6", b"12"), (b"p5", b"14"),
@@ -244,7 +241,8 @@ def test_failed_partition_is_marked_uncleanable_and_retried(tmp_path: object) ->
     send_all(store, "bad", [(b"a", b"1"), (b"a", b"2"), (b"b", b"3")])
     send_all(store, "good", [(b"a", b"1"), (b"a", b"2"), (b"b", b"3")])
     victim = store.log("bad", 0).sealed_segments()[0].path
-    original = open(victim, "rb").read()
+    with open(victim, "rb") as f:
+        original = f.read()
     with open(victim, "wb") as f:
         f.write(b"not parquet")
     report = store.clean()
@@ -305,7 +303,7 @@ def test_compact_delete_applies_retention_after_cleaning(tmp_path: object) -> No
 def test_cleaned_segments_are_regrouped_within_segment_bytes(tmp_path: object) -> None:
     store = compactlog.open(str(tmp_path))
     compacted(store, segment_bytes=30_000)
-    for i in range(12):
+    for _ in range(12):
         store.append("t", 0, pa.table({"key": [b"k%d" % (j % 50) for j in range(200)], "value": [b"x" * 20] * 200}))
         store.roll("t", 0)
     before = len(store.describe("t")[0].segments)

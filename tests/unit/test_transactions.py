@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from support import FakeClock
 
 import compactlog
 from compactlog.record import CONTROL_EMPTY_BATCH
+from support import FakeClock
 
 DAY = 86_400_000
 

@@ -26,10 +26,10 @@ startingOffsets        read,       ``earliest`` (default), ``latest`` (streams o
                        stream      ``{"<topic>": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest; partitions
                                    left out start at the earliest offset).
 endingOffsets          read        ``latest`` (default) or JSON as above (-1 latest; -2 is not allowed).
-isolationLevel         read,       ``read_uncommitted`` (default) or ``read_committed``. Accepted and
-                       stream      checked; both read the same records up to the log end for now
-                                   (transactional reads, capped at the last stable offset and without
-                                   aborted records, come with the transactions issue).
+isolationLevel         read,       ``read_uncommitted`` (default): every data record up to the log end.
+                       stream      ``read_committed``: "latest" is the last stable offset (the first
+                                   offset of the oldest open transaction), nothing at or past it is
+                                   read, and aborted transactions' records are skipped (Kafka's rule).
 minPartitions          read        at least this many Spark tasks for a ``log`` read when segments allow:
                                    a partition's range is split only at segment boundaries.
 maxOffsetsPerTrigger   stream      at most this many offsets per micro-batch, spread over the partitions
@@ -144,23 +144,31 @@ class OffsetRange(InputPartition):
 
 @dataclass
 class _Bounds:
+    """A partition's offsets as a read sees them. ``latest`` is where "latest" points: the log end, or for
+    ``read_committed`` the last stable offset (as Kafka's endOffsets for a read_committed consumer)."""
+
     log_start: int
     log_end: int
+    latest: int
     segments: list[SegmentMeta] = field(default_factory=list)
 
 
-def _bounds(store: Store, topic: str, with_segments: bool = False) -> dict[int, _Bounds]:
+def _bounds(store: Store, options: SourceOptions, with_segments: bool = False) -> dict[int, _Bounds]:
     bounds = {}
-    for partition in range(store.partitions(topic)):
-        log = store.log(topic, partition)
+    committed = options.isolation_level == "read_committed"
+    for partition in range(store.partitions(options.topic)):
+        log = store.log(options.topic, partition)
         segments = log.segments_meta() if with_segments else []
-        bounds[partition] = _Bounds(log.log_start_offset, log.log_end_offset, segments)
+        end = log.log_end_offset
+        latest = min(log.last_stable_offset, end) if committed else end
+        bounds[partition] = _Bounds(log.log_start_offset, end, latest, segments)
     return bounds
 
 
 def _read(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     reader = tasks.read_latest if options.mode == "latest" else tasks.read_range
-    return reader(options.path, options.topic, part.partition, part.start_offset, part.end_offset)
+    return reader(options.path, options.topic, part.partition, part.start_offset, part.end_offset,
+                  options.isolation_level)
 
 
 class CompactLogReader(DataSourceReader):
@@ -174,7 +182,7 @@ class CompactLogReader(DataSourceReader):
     def plan(self) -> list[OffsetRange]:
         options = self.options
         with options.open() as store:
-            bounds = _bounds(store, options.topic, with_segments=options.mode == "log")
+            bounds = _bounds(store, options, with_segments=options.mode == "log")
         starts = options.offsets("startingOffsets", len(bounds), default=EARLIEST)
         ends = options.offsets("endingOffsets", len(bounds), default=LATEST)
         if LATEST in starts.values():
@@ -184,8 +192,8 @@ class CompactLogReader(DataSourceReader):
             raise ConfigError("endingOffsets 'earliest' (-2) is not allowed in a batch read")
         ranges: list[tuple[int, int, int]] = []
         for partition, bound in bounds.items():
-            start = resolve_offset(starts[partition], bound.log_start, bound.log_end)
-            end = resolve_offset(ends[partition], bound.log_start, bound.log_end)
+            start = resolve_offset(starts[partition], bound.log_start, bound.latest)
+            end = resolve_offset(ends[partition], bound.log_start, bound.latest)
             for offset in (start, end):
                 if offset > bound.log_end:
                     raise OffsetOutOfRangeError(f"offset {offset} is out of range for {options.topic}-"
@@ -194,6 +202,7 @@ class CompactLogReader(DataSourceReader):
                 raise ConfigError(f"startingOffsets {start} is after endingOffsets {end} "
                                   f"for partition {partition}")
             start = max(start, bound.log_start)  # retention removed what is below the log start
+            end = min(end, bound.latest)  # read_committed: nothing at or past the last stable offset
             if start < end:
                 ranges.append((partition, start, end))
         if options.mode == "latest":
@@ -235,7 +244,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _log_ends(self) -> dict[int, _Bounds]:
         if self._store is None:
             self._store = self.options.open()
-        return _bounds(self._store, self.options.topic)
+        return _bounds(self._store, self.options)
 
     def initialOffset(self) -> dict:
         options = self.options
@@ -243,7 +252,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         starts = options.offsets("startingOffsets", len(bounds), default=EARLIEST)
         offsets = {}
         for partition, bound in bounds.items():
-            start = resolve_offset(starts[partition], bound.log_start, bound.log_end)
+            start = resolve_offset(starts[partition], bound.log_start, bound.latest)
             if start > bound.log_end:
                 raise OffsetOutOfRangeError(f"startingOffsets {start} is out of range for {options.topic}-"
                                             f"{partition}: log end {bound.log_end}")
@@ -251,7 +260,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return offsets
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now = {p: b.log_end for p, b in self._log_ends().items()}
+        self._available_now = {p: b.latest for p, b in self._log_ends().items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -260,7 +269,7 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         bounds = self._log_ends()
-        ends = self._available_now or {p: b.log_end for p, b in bounds.items()}
+        ends = self._available_now or {p: b.latest for p, b in bounds.items()}
         begin = {p: int((start or {}).get(str(p), b.log_start)) for p, b in bounds.items()}
         for partition, offset in begin.items():
             if offset > bounds[partition].log_end:
