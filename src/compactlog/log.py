@@ -489,6 +489,11 @@ class Log:
         return [a for a in entries
                 if a.last_offset >= start_offset and (end_offset is None or a.first_offset < end_offset)]
 
+    def open_transaction(self, producer_id: int) -> tuple[int, int] | None:
+        """``(first offset, start timestamp)`` of the producer's open transaction here, if any."""
+        with self.locked():
+            return self._producers.open_transaction(producer_id)
+
     def producer_last_offsets(self, now_ms: int, expiration_ms: int) -> set[int]:
         """Offsets of the last records of producers that have not expired (the cleaner keeps them)."""
         with self.locked():

@@ -219,13 +219,18 @@ class Producer:
     def flush(self) -> None:
         """Append everything buffered and fsync it: after this returns every sent record is durable.
         Raises the first error of a batch that could not be appended since the last flush."""
+        self._drain_all()
+        with self._lock:
+            touched, self._touched = self._touched, set()
+        for topic, partition in sorted(touched):
+            self.store.log(topic, partition).flush()
+
+    def _drain_all(self) -> None:
+        """Append everything buffered (not fsynced); raise the first error of a failed batch."""
         with self._lock:
             for buffer in list(self._buffers.values()):
                 self._drain(buffer)
-            touched, self._touched = self._touched, set()
             errors, self._flush_errors = self._flush_errors, []
-        for topic, partition in sorted(touched):
-            self.store.log(topic, partition).flush()
         if errors:
             raise errors[0]
 
@@ -256,15 +261,11 @@ class Producer:
             raise InvalidTxnStateError("commit_transaction() without an open transaction")
         assert self._producer_id is not None
         try:
-            self.flush()
-        except BaseException:
-            self._finish_transaction()
-            raise
-        try:
-            if self._txn_partitions:
-                self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, True)
-            else:  # nothing was sent: no markers, but a fenced producer still learns it is fenced
-                self.store.transactions.verify(transactional_id, self._producer_id, self._epoch)
+            self._drain_all()  # appended, not yet fsynced: each COMMIT marker's fsync covers its partition
+            self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, True,
+                                                    sorted(self._txn_partitions))
+            with self._lock:
+                self._touched -= self._txn_partitions
         finally:
             self._finish_transaction()
 
@@ -281,8 +282,8 @@ class Producer:
             self._buffers.clear()
             self._flush_errors = []
         try:
-            if self._txn_partitions:
-                self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, False)
+            self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, False,
+                                                    sorted(self._txn_partitions))
         finally:
             self._finish_transaction()
 

@@ -62,6 +62,7 @@ class ProducerEntry:
     last_data_offset: int = -1
     last_offset: int = -1  # last data or control offset
     txn_first_offset: int | None = None
+    txn_start_ms: int = -1  # timestamp of the open transaction's first record
 
     @property
     def last_seq(self) -> int:
@@ -70,14 +71,14 @@ class ProducerEntry:
     def to_json(self) -> dict[str, Any]:
         return {"producer_id": self.producer_id, "epoch": self.epoch, "last_timestamp": self.last_timestamp,
                 "last_data_offset": self.last_data_offset, "last_offset": self.last_offset,
-                "txn_first_offset": self.txn_first_offset,
+                "txn_first_offset": self.txn_first_offset, "txn_start_ms": self.txn_start_ms,
                 "batches": [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in self.batches]}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ProducerEntry:
         entry = cls(raw["producer_id"], raw["epoch"], last_timestamp=raw["last_timestamp"],
                     last_data_offset=raw["last_data_offset"], last_offset=raw["last_offset"],
-                    txn_first_offset=raw["txn_first_offset"])
+                    txn_first_offset=raw["txn_first_offset"], txn_start_ms=raw.get("txn_start_ms", -1))
         entry.batches.extend(BatchMetadata(*b) for b in raw["batches"])
         return entry
 
@@ -148,7 +149,8 @@ class ProducerStateManager:
             epoch = int(epochs[start])
             entry = self.entries.get(pid)
             if entry is None or epoch > entry.epoch:
-                entry = ProducerEntry(pid, epoch, txn_first_offset=entry.txn_first_offset if entry else None)
+                entry = ProducerEntry(pid, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
+                                      txn_start_ms=entry.txn_start_ms if entry else -1)
                 self.entries[pid] = entry
             entry.last_timestamp = max(entry.last_timestamp, int(timestamps[end - 1]))
             entry.last_offset = int(offsets[end - 1])
@@ -168,6 +170,7 @@ class ProducerStateManager:
             entry.last_data_offset = last_offset
             if txn[start] and entry.txn_first_offset is None:
                 entry.txn_first_offset = first_offset
+                entry.txn_start_ms = int(timestamps[start])
         return aborted
 
     # -- derived values --------------------------------------------------------------------------------
@@ -176,8 +179,12 @@ class ProducerStateManager:
         opened = [e.txn_first_offset for e in self.entries.values() if e.txn_first_offset is not None]
         return min(opened) if opened else None
 
-    def open_transactions(self) -> dict[int, int]:
-        return {pid: e.txn_first_offset for pid, e in self.entries.items() if e.txn_first_offset is not None}
+    def open_transaction(self, producer_id: int) -> tuple[int, int] | None:
+        """``(first offset, start timestamp)`` of the producer's open transaction, if it has one."""
+        entry = self.entries.get(producer_id)
+        if entry is None or entry.txn_first_offset is None:
+            return None
+        return entry.txn_first_offset, entry.txn_start_ms
 
     def expire(self, now_ms: int, expiration_ms: int) -> None:
         """Forget producers idle for ``producer.id.expiration.ms`` with no open transaction."""
@@ -210,12 +217,27 @@ class ProducerStateManager:
 
 def aborted_mask(offsets: np.ndarray, producer_ids: np.ndarray, transactional: np.ndarray,
                  control: np.ndarray, aborted: Sequence[AbortedTxn]) -> np.ndarray:
-    """Rows that are data of an aborted transaction."""
+    """Rows that are data of an aborted transaction: transactional data rows of the transaction's producer
+    in ``[first_offset, marker offset)``. One sorted interval search per producer, not one pass per
+    transaction (a partition may hold thousands of aborted transactions)."""
     mask = np.zeros(len(offsets), dtype=bool)
-    if not aborted:
+    if not aborted or len(offsets) == 0:
         return mask
     candidate = transactional & ~control
+    by_producer: dict[int, list[AbortedTxn]] = {}
     for txn in aborted:
-        mask |= candidate & (producer_ids == txn.producer_id) & (offsets >= txn.first_offset) & (
-            offsets < txn.last_offset)
+        by_producer.setdefault(txn.producer_id, []).append(txn)
+    for producer_id, txns in by_producer.items():
+        rows = np.flatnonzero(candidate & (producer_ids == producer_id))
+        if not len(rows):
+            continue
+        txns.sort(key=lambda t: t.first_offset)
+        firsts = np.array([t.first_offset for t in txns], dtype=np.int64)
+        lasts = np.array([t.last_offset for t in txns], dtype=np.int64)
+        # A producer's transactions do not overlap: the one that starts last at or before the row is the
+        # only one that can hold it.
+        index = np.searchsorted(firsts, offsets[rows], side="right") - 1
+        inside = index >= 0
+        inside[inside] &= offsets[rows][inside] < lasts[index[inside]]
+        mask[rows[inside]] = True
     return mask

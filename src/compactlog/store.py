@@ -41,7 +41,7 @@ from .errors import (
 )
 from .log import Log, fsync_dir
 from .producer_state import aborted_mask
-from .record import CONTROL_ABORT, CONTROL_COMMIT, READ_COLUMNS, Record, check_rows, to_rows
+from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, to_rows
 from .transactions import TransactionCoordinator
 
 if TYPE_CHECKING:
@@ -412,12 +412,13 @@ class Store:
         if not aborted:
             yield from log.read_tables(start_offset, end, columns=columns)
             return
-        extra = [c for c in ("offset", "producer_id", "is_transactional") if c not in columns]
-        for table in log.read_tables(start_offset, end, columns=[*columns, *extra]):
-            dropped = aborted_mask(table.column("offset").to_numpy(), table.column("producer_id").to_numpy(),
-                                   np.asarray(table.column("is_transactional").to_numpy(zero_copy_only=False),
-                                              dtype=bool),
-                                   np.zeros(table.num_rows, dtype=bool), aborted)
+        extra = [c for c in ("offset", "producer_id", "is_transactional", "control_type") if c not in columns]
+        for table in log.read_tables(start_offset, end, columns=[*columns, *extra], include_control=True):
+            control = table.column("control_type").to_numpy() != CONTROL_NONE
+            dropped = control | aborted_mask(
+                table.column("offset").to_numpy(), table.column("producer_id").to_numpy(),
+                np.asarray(table.column("is_transactional").to_numpy(zero_copy_only=False), dtype=bool),
+                control, aborted)
             kept = table.filter(pa.array(~dropped)) if dropped.any() else table
             if kept.num_rows:
                 yield kept.select(columns)

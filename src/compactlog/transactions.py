@@ -3,20 +3,31 @@
 Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flock`` on ``.lock``):
 
 * ``producer-ids``: the next producer id to hand out (a decimal number);
-* ``<transactional id>.json``: ``{"producer_id", "epoch", "state" ("Empty" | "Ongoing"), "partitions":
-  [[topic, partition], ...], "start_ms", "timeout_ms"}``, written to a temporary file, fsynced, renamed.
+* ``<transactional id>.json`` (the id escaped into a safe file name): ``{"transactional_id",
+  "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition the id ever wrote
+  to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms"}``,
+  written to a temporary file, fsynced and renamed.
+
+Whether a transaction is open is not kept here: the partitions' producer state knows it (a producer's
+transactional rows since its last marker, :mod:`compactlog.producer_state`), and that state is as
+durable as the rows themselves. So a transaction costs no coordinator write unless it reaches a
+partition for the first time, or commits across several partitions.
 
 Rules (Kafka's transaction coordinator, on one machine):
 
 * ``init_producer`` with a transactional id bumps its epoch, which fences every older instance; a
-  transaction the older instance left open is aborted first (ABORT markers in its partitions);
-* a transaction's partitions are recorded before its first record reaches them, so an abort or a
-  timeout knows where to write markers;
+  transaction the older instance left open is aborted first (ABORT markers), and a commit it left half
+  written is completed (COMMIT markers);
+* a partition is recorded before the id's first record reaches it, so an abort or a timeout knows where
+  to look for open transactions;
 * ``end_transaction`` writes a COMMIT or ABORT marker (a control row) into every partition of the
-  transaction and fsyncs them; read_committed readers see the data from then on;
-* a transaction open for longer than its ``transaction.timeout.ms`` is aborted by
-  :meth:`TransactionCoordinator.abort_expired` (called by every cleaner pass and by
-  ``store.abort_expired_transactions()``), with the epoch bumped so the stalled producer is fenced.
+  transaction and fsyncs it, which also makes the transaction's rows in that partition durable. A
+  commit across several partitions is first recorded as ``PrepareCommit`` with its partitions: if the
+  process dies between markers, the next ``init_producer`` or maintenance pass writes the missing
+  COMMIT markers (never ABORT ones);
+* a transaction open for longer than its ``transaction.timeout.ms`` (from its first record's timestamp)
+  is aborted by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass and
+  ``store.abort_expired_transactions()`` call it), with the epoch bumped so the stalled producer is fenced.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidTxnStateError, ProducerFencedError, UnknownTopicOrPartitionError
+from .errors import ProducerFencedError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from .store import Store
@@ -39,6 +50,7 @@ if TYPE_CHECKING:
 TXN_DIR = ".transactions"
 EPOCH_MAX = 32767
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+TopicPartition = tuple[str, int]
 
 
 @dataclass
@@ -46,20 +58,21 @@ class TransactionMetadata:
     transactional_id: str
     producer_id: int
     epoch: int
-    state: str = "Empty"
-    partitions: list[tuple[str, int]] = field(default_factory=list)
-    start_ms: int = -1
+    partitions: list[TopicPartition] = field(default_factory=list)
+    state: str = "Ready"
+    prepared: list[TopicPartition] = field(default_factory=list)
     timeout_ms: int = 60_000
 
     def to_json(self) -> dict[str, Any]:
         return {"transactional_id": self.transactional_id, "producer_id": self.producer_id, "epoch": self.epoch,
-                "state": self.state, "partitions": [list(p) for p in self.partitions],
-                "start_ms": self.start_ms, "timeout_ms": self.timeout_ms}
+                "partitions": [list(p) for p in self.partitions], "state": self.state,
+                "prepared": [list(p) for p in self.prepared], "timeout_ms": self.timeout_ms}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TransactionMetadata:
-        return cls(raw["transactional_id"], raw["producer_id"], raw["epoch"], raw["state"],
-                   [(t, p) for t, p in raw["partitions"]], raw["start_ms"], raw["timeout_ms"])
+        return cls(raw["transactional_id"], raw["producer_id"], raw["epoch"],
+                   [(t, p) for t, p in raw["partitions"]], raw["state"], [(t, p) for t, p in raw["prepared"]],
+                   raw["timeout_ms"])
 
 
 def _file_name(transactional_id: str) -> str:
@@ -86,7 +99,7 @@ class TransactionCoordinator:
 
     def _write(self, name: str, text: str) -> None:
         path = os.path.join(self.directory, name)
-        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -113,6 +126,14 @@ class TransactionCoordinator:
     def _save(self, meta: TransactionMetadata) -> None:
         self._write(_file_name(meta.transactional_id), json.dumps(meta.to_json()))
 
+    def _all(self) -> list[TransactionMetadata]:
+        found = []
+        for name in sorted(os.listdir(self.directory)):
+            if name.endswith(".json"):
+                with open(os.path.join(self.directory, name), encoding="utf-8") as f:
+                    found.append(TransactionMetadata.from_json(json.load(f)))
+        return found
+
     # -- producer ids ------------------------------------------------------------------------------------
 
     def init_producer(self, transactional_id: str | None, timeout_ms: int) -> tuple[int, int]:
@@ -124,15 +145,18 @@ class TransactionCoordinator:
             if meta is None:
                 meta = TransactionMetadata(transactional_id, self._next_producer_id(), 0, timeout_ms=timeout_ms)
             else:
-                if meta.state == "Ongoing":
-                    self._complete(meta, commit=False, epoch=meta.epoch)
-                if meta.epoch >= EPOCH_MAX:
-                    meta.producer_id, meta.epoch = self._next_producer_id(), 0
-                else:
-                    meta.epoch += 1
+                self._finish_prepared(meta)
+                self._write_markers(meta, self._open_partitions(meta), commit=False, epoch=meta.epoch)
+                self._bump_epoch(meta)
                 meta.timeout_ms = timeout_ms
             self._save(meta)
             return meta.producer_id, meta.epoch
+
+    def _bump_epoch(self, meta: TransactionMetadata) -> None:
+        if meta.epoch >= EPOCH_MAX:  # Kafka starts a new producer id when the epoch runs out
+            meta.producer_id, meta.epoch, meta.partitions = self._next_producer_id(), 0, []
+        else:
+            meta.epoch += 1
 
     # -- transactions ------------------------------------------------------------------------------------
 
@@ -151,55 +175,77 @@ class TransactionCoordinator:
             self._current(transactional_id, producer_id, epoch)
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: list[tuple[str, int]]) -> None:
+                       partitions: list[TopicPartition]) -> None:
+        """Check the producer is not fenced and record partitions it reaches for the first time."""
         with self._locked():
             meta = self._current(transactional_id, producer_id, epoch)
-            if meta.state != "Ongoing":
-                meta.state = "Ongoing"
-                meta.partitions = []
-                meta.start_ms = self.store.clock()
-            for tp in partitions:
-                if tp not in meta.partitions:
-                    meta.partitions.append(tp)
-            self._save(meta)
+            new = [tp for tp in partitions if tp not in meta.partitions]
+            if new:
+                meta.partitions.extend(new)
+                self._save(meta)
 
-    def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+    def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                        partitions: list[TopicPartition]) -> None:
+        """Write the markers of the transaction in ``partitions``; fenced producers get ProducerFencedError."""
         with self._locked():
             meta = self._current(transactional_id, producer_id, epoch)
-            if meta.state != "Ongoing":
-                if commit:
-                    raise InvalidTxnStateError(f"transactional id {transactional_id!r} has no open transaction")
+            if not partitions:
                 return
-            self._complete(meta, commit=commit, epoch=epoch)
-            self._save(meta)
+            if commit and len(partitions) > 1:
+                # Decided before any marker is written: a crash between markers is completed, not aborted.
+                meta.state, meta.prepared = "PrepareCommit", list(partitions)
+                self._save(meta)
+            self._write_markers(meta, partitions, commit=commit, epoch=epoch)
+            if meta.state == "PrepareCommit":
+                meta.state, meta.prepared = "Ready", []
+                self._save(meta)
 
-    def _complete(self, meta: TransactionMetadata, commit: bool, epoch: int) -> None:
-        """Write the markers of ``meta``'s transaction (caller holds the coordinator lock)."""
+    def _open_partitions(self, meta: TransactionMetadata) -> list[TopicPartition]:
+        """The id's partitions where its producer has an open transaction."""
+        found = []
         for topic, partition in meta.partitions:
             try:
-                self.store.write_marker(topic, partition, meta.producer_id, epoch, commit)
+                if self.store.log(topic, partition).open_transaction(meta.producer_id) is not None:
+                    found.append((topic, partition))
+            except UnknownTopicOrPartitionError:
+                continue  # the topic was deleted: nothing left to mark
+        return found
+
+    def _finish_prepared(self, meta: TransactionMetadata) -> None:
+        if meta.state == "PrepareCommit":
+            self._write_markers(meta, meta.prepared, commit=True, epoch=meta.epoch)
+            meta.state, meta.prepared = "Ready", []
+
+    def _write_markers(self, meta: TransactionMetadata, partitions: list[TopicPartition], commit: bool,
+                       epoch: int) -> None:
+        for topic, partition in partitions:
+            try:
+                log = self.store.log(topic, partition)
             except UnknownTopicOrPartitionError:
                 continue  # the topic was deleted while the transaction was open: nothing left to mark
-        meta.state = "Empty"
-        meta.partitions = []
-        meta.start_ms = -1
+            if log.open_transaction(meta.producer_id) is None:
+                continue  # already ended there (a completed commit being finished again)
+            self.store.write_marker(topic, partition, meta.producer_id, epoch, commit)
 
     def abort_expired(self) -> list[str]:
         """Abort every transaction open longer than its timeout, fencing its producer. Returns their ids."""
         now = self.store.clock()
         aborted = []
         with self._locked():
-            for name in sorted(os.listdir(self.directory)):
-                if not name.endswith(".json"):
-                    continue
-                with open(os.path.join(self.directory, name), encoding="utf-8") as f:
-                    meta = TransactionMetadata.from_json(json.load(f))
-                if meta.state == "Ongoing" and now - meta.start_ms > meta.timeout_ms:
-                    if meta.epoch >= EPOCH_MAX:
-                        meta.producer_id, meta.epoch = self._next_producer_id(), 0
-                    else:
-                        meta.epoch += 1
-                    self._complete(meta, commit=False, epoch=meta.epoch)
+            for meta in self._all():
+                if meta.state == "PrepareCommit":  # a commit cut short by a crash: finish it
+                    self._finish_prepared(meta)
+                    self._save(meta)
+                expired = []
+                for topic, partition in self._open_partitions(meta):
+                    opened = self.store.log(topic, partition).open_transaction(meta.producer_id)
+                    if opened is not None and now - opened[1] > meta.timeout_ms:
+                        expired.append((topic, partition))
+                if expired:
+                    # Markers carry the next epoch, which fences the stalled producer in these partitions.
+                    marker_epoch = meta.epoch + 1 if meta.epoch < EPOCH_MAX else meta.epoch
+                    self._write_markers(meta, self._open_partitions(meta), commit=False, epoch=marker_epoch)
+                    self._bump_epoch(meta)
                     self._save(meta)
                     aborted.append(meta.transactional_id)
         return aborted

@@ -155,3 +155,25 @@ def test_dataframe_writer_refuses_overwrite_unknown_options_and_missing_columns(
         save(df, keyColumn="k")
     with pytest.raises(Exception, match="unknown topic 'nope'"):
         df.write.format("compactlog").option("path", data_dir).option("topic", "nope").mode("append").save()
+
+
+def test_read_committed_ends_at_the_last_stable_offset_without_aborted_records(
+        spark: SparkSession, data_dir: str) -> None:
+    store = compactlog.open(data_dir)
+    store.create_topic("t", 1, {"cleanup.policy": "compact"})
+    producer = store.producer(transactional_id="tx")
+    for value, commit in ((b"committed", True), (b"aborted", False), (b"open", None)):
+        producer.begin_transaction()
+        producer.send("t", b"k-" + value, value, partition=0)
+        producer.flush()
+        if commit:
+            producer.commit_transaction()
+        elif commit is False:
+            producer.abort_transaction()
+    committed = source(spark, data_dir, isolationLevel="read_committed")
+    assert [r.value for r in committed.collect()] == [b"committed"]
+    assert sorted(r.value for r in source(spark, data_dir).collect()) == [b"aborted", b"committed", b"open"]
+    producer.commit_transaction()
+    producer.close()
+    latest = source(spark, data_dir, mode="latest", isolationLevel="read_committed").collect()
+    assert sorted(r.value for r in latest) == [b"committed", b"open"]

@@ -28,9 +28,9 @@ pytestmark = pytest.mark.spark
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "segment.bytes": 600}
 
 
-@pytest.fixture(params=["never", "always"], autouse=True)
+@pytest.fixture(params=["never", "always"])
 def split_policy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs with whole-partition rounds and with every partition split over the slots."""
+    """Run a test with whole-partition rounds and with every partition split over the slots."""
     monkeypatch.setattr(spark_executor, "SPLIT_POLICY", request.param)
     return str(request.param)
 
@@ -40,10 +40,10 @@ def store(tmp_path: Any, clock: FakeClock) -> Iterator[compactlog.Store]:
     with compactlog.open(tmp_path / "data", clock=clock) as store:
         store.create_topic("t", 3, COMPACT)
         for partition in range(3):
-            for round_ in range(3):
+            for round_ in range(2):
                 store.append("t", partition, pa.table({
-                    "key": [f"k{i % 7}".encode() for i in range(30)],
-                    "value": [f"p{partition}r{round_}v{i}".encode() for i in range(30)]}))
+                    "key": [f"k{i % 7}".encode() for i in range(20)],
+                    "value": [f"p{partition}r{round_}v{i}".encode() for i in range(20)]}))
             store.roll("t", partition)
         yield store
 
@@ -92,8 +92,8 @@ def test_several_partitions_in_one_pass_match_the_in_process_kernel(store: compa
         assert [t.equals(e) for t, e in zip(written, expected, strict=True)] == [True] * len(expected)
 
 
-def test_a_failed_partition_leaves_no_cleaned_files_and_spares_the_others(store: compactlog.Store,
-                                                                         spark: Any) -> None:
+def test_a_failed_partition_leaves_no_cleaned_files_and_spares_the_others(store: compactlog.Store, spark: Any,
+                                                                         split_policy: str) -> None:
     tasks = [task_for(store, p) for p in range(3)]
     corrupt(tasks[1].dirty_segments()[-1].path)  # fails partition 1's map phase
 
@@ -111,7 +111,8 @@ def test_a_failed_partition_leaves_no_cleaned_files_and_spares_the_others(store:
         discard(outcome[1])
 
 
-def test_a_failed_rewrite_task_aborts_the_whole_round(store: compactlog.Store, spark: Any) -> None:
+def test_a_failed_rewrite_task_aborts_the_whole_round(store: compactlog.Store, spark: Any,
+                                                     split_policy: str) -> None:
     store.clean()  # in process: partition 0 now has a clean section of several groups
     store.append("t", 0, pa.table({"key": [b"k1"], "value": [b"new"]}))
     store.roll("t", 0)

@@ -175,3 +175,29 @@ def test_write_stream_copies_a_topic(spark: SparkSession, tmp_path: Path) -> Non
      .awaitTermination(WAIT_S))
     copied = sorted((r.key, r.value) for p in range(3) for r in store.read("copy", p, 0))
     assert copied == sorted((k, v) for p in range(2) for k, v in appended[p].values())
+
+
+def test_a_read_committed_stream_waits_for_open_transactions(spark: SparkSession, tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    store = compactlog.open(data_dir)
+    store.create_topic("t", 1)
+    producer = store.producer(transactional_id="tx")
+    producer.begin_transaction()
+    producer.send("t", b"a", b"1", partition=0)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send("t", b"b", b"2", partition=0)
+    producer.flush()
+    sink = Sink()
+
+    def run() -> None:
+        (stream(spark, data_dir, isolationLevel="read_committed").writeStream.foreachBatch(sink)
+         .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "checkpoint")).start()
+         .awaitTermination(WAIT_S))
+
+    run()
+    assert [v for _, _, v in sink.records()[0]] == [b"1"]  # the open transaction is not read yet
+    producer.commit_transaction()
+    producer.close()
+    run()
+    assert [v for _, _, v in sink.records()[0]] == [b"1", b"2"]

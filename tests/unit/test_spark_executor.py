@@ -74,3 +74,28 @@ def test_speculation_is_refused() -> None:
 
     with pytest.raises(ExecutorError, match=r"spark\.speculation=false"):
         spark_executor.check_spark_conf(Context())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("policy", "size", "total", "slots", "split"), [
+    ("auto", 1 << 30, 1 << 30, 8, True),  # one big partition, many slots: use them all
+    ("auto", 1 << 30, 1 << 30, 2, False),  # two slots: a split round does about twice the work
+    ("auto", 1 << 20, 1 << 20, 8, False),  # too small to be worth a split
+    ("auto", 1 << 30, 8 << 30, 8, False),  # one of eight equal partitions: whole rounds keep slots busy
+    ("always", 1, 8, 2, True),
+    ("never", 1 << 40, 1 << 40, 64, False),
+])
+def test_when_a_round_is_split(policy: str, size: int, total: int, slots: int, split: bool) -> None:
+    assert spark_executor.should_split(policy, size, total, slots) is split
+
+
+def test_a_bad_split_setting_is_refused() -> None:
+    class Conf:
+        def get(self, key: str, default: str) -> str:
+            return "sometimes" if key == spark_executor.SPLIT_CONF else default
+
+    class Context:
+        def getConf(self) -> Conf:
+            return Conf()
+
+    with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split='sometimes'; allowed"):
+        spark_executor.split_policy(Context())  # type: ignore[arg-type]

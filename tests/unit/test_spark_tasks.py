@@ -157,3 +157,30 @@ def test_output_schema_casts_headers_from_the_log_type() -> None:
     out = tasks.to_output(table, "t", 4)
     assert out.schema == tasks.OUTPUT_SCHEMA
     assert out.to_pylist()[0]["timestamp"] == dt.datetime(1970, 1, 1, 0, 0, 0, 1000, tzinfo=dt.timezone.utc)
+
+
+def test_read_committed_stops_at_the_last_stable_offset_and_skips_aborted_data(data_dir: str) -> None:
+    store = make_topic(data_dir, 1)
+    with store.producer() as plain:
+        plain.send("t", b"plain", b"0", partition=0)
+    producer = store.producer(transactional_id="tx")
+    producer.begin_transaction()
+    producer.send("t", b"a", b"committed", partition=0)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send("t", b"b", b"aborted", partition=0)
+    producer.flush()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send("t", b"c", b"open", partition=0)
+    producer.flush()
+
+    def values(reader: object, isolation_level: str) -> list[bytes]:
+        batches = list(reader(data_dir, "t", 0, 0, None, isolation_level))  # type: ignore[operator]
+        return pa.Table.from_batches(batches, tasks.OUTPUT_SCHEMA).column("value").to_pylist()
+
+    assert values(tasks.read_range, "read_uncommitted") == [b"0", b"committed", b"aborted", b"open"]
+    assert values(tasks.read_range, "read_committed") == [b"0", b"committed"]
+    assert sorted(values(tasks.read_latest, "read_committed")) == [b"0", b"committed"]
+    producer.abort_transaction()
+    producer.close()

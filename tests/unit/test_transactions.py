@@ -265,3 +265,35 @@ def test_transactional_api_errors(tmp_path: Path) -> None:
     producer.abort_transaction()
     with pytest.raises(compactlog.ConfigError):
         store.read("orders", 0, isolation_level="serializable")
+
+
+class Crash(BaseException):
+    """Stands for the process dying between two markers."""
+
+
+def test_a_commit_cut_short_between_markers_is_completed_not_aborted(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    store = open_store(tmp_path, clock)
+    producer = store.producer(transactional_id="w")
+    producer.begin_transaction()
+    producer.send("orders", key=b"a", value=b"1", partition=0)
+    producer.send("orders", key=b"b", value=b"2", partition=1)
+    producer.flush()
+    written: list[int] = []
+    real = compactlog.Store.write_marker
+
+    def dying(self: compactlog.Store, topic: str, partition: int, *args: object) -> int:
+        if written:
+            raise Crash()
+        written.append(partition)
+        return real(self, topic, partition, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compactlog.Store, "write_marker", dying)
+    with pytest.raises(Crash):
+        producer.commit_transaction()
+    monkeypatch.undo()
+    restarted = compactlog.open(str(tmp_path), clock=clock)
+    restarted.producer(transactional_id="w").close()  # the next instance finishes the commit
+    assert values(restarted, 0, "read_committed") == [b"1"]
+    assert values(restarted, 1, "read_committed") == [b"2"]

@@ -165,7 +165,9 @@ def _bounds(store: Store, options: SourceOptions, with_segments: bool = False) -
     return bounds
 
 
-def _read(options: SourceOptions, part: OffsetRange) -> Iterator[pa.RecordBatch]:
+def _read(options: SourceOptions, part: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(part, OffsetRange):  # Spark's placeholder partition when a read plans none
+        return iter(())
     reader = tasks.read_latest if options.mode == "latest" else tasks.read_range
     return reader(options.path, options.topic, part.partition, part.start_offset, part.end_offset,
                   options.isolation_level)
@@ -198,7 +200,7 @@ class CompactLogReader(DataSourceReader):
                 if offset > bound.log_end:
                     raise OffsetOutOfRangeError(f"offset {offset} is out of range for {options.topic}-"
                                                 f"{partition}: log end {bound.log_end}")
-            if start > end:
+            if start > end and ends[partition] != LATEST:
                 raise ConfigError(f"startingOffsets {start} is after endingOffsets {end} "
                                   f"for partition {partition}")
             start = max(start, bound.log_start)  # retention removed what is below the log start
@@ -220,8 +222,6 @@ class CompactLogReader(DataSourceReader):
         return self.plan()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetRange):  # Spark reads one empty partition when we plan none
-            return iter(())
         return _read(self.options, partition)
 
 
@@ -292,7 +292,6 @@ class CompactLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
         return _read(self.options, partition)
 
     def commit(self, end: dict) -> None:

@@ -9,7 +9,9 @@ How the work is cut (:func:`run_many_on_spark`, for the partitions one cleaner p
 * **Whole rounds.** A partition no bigger than its fair share of the pass (``total / task slots``) runs
   its whole round in one task: the in-process kernel (offset map, then every group) on the executor.
   Nothing but the round's small result crosses the network, and partitions keep every slot busy.
-* **Split rounds.** A bigger partition is cut so that it uses every slot, in two jobs:
+* **Split rounds.** A bigger partition, when there are enough slots for it to pay (:data:`SPLIT_MIN_SLOTS`;
+  ``spark.compactlog.cleaner.split`` = ``always`` / ``never`` overrides), is cut so that it uses every
+  slot, in two jobs:
 
   1. *map*: its dirty segments in consecutive bins, one per slot; a task builds its bin's offset map
      (:func:`~compactlog.cleaner.kernel.build_offset_map` on the bin, bounded by the same dedupe buffer)
@@ -96,9 +98,15 @@ SparkRound = tuple[MapResult, list[GroupResult]]
 # A Spark task costs tens of milliseconds to schedule and start however little it does: work items smaller
 # than this share a task (see pack), and a partition smaller than this is never split.
 MIN_TASK_BYTES = 16 * 1024 * 1024
-# "auto": split a partition bigger than its fair share of the pass (and than MIN_TASK_BYTES); "always" and
-# "never" are for tests and experiments.
+# Whether a partition's round is split over the task slots: "auto" (the default), "always" or "never"; the
+# Spark setting spark.compactlog.cleaner.split overrides it for a session.
 SPLIT_POLICY: Literal["auto", "always", "never"] = "auto"
+SPLIT_CONF = "spark.compactlog.cleaner.split"
+# "auto" splits a partition bigger than its fair share of the pass (and than MIN_TASK_BYTES) only with at
+# least this many task slots: a split round hashes every key about twice (once for the bin maps, once to
+# look rows up in the merged map) and merges the bins on the driver, about 2.2 times the work of a whole
+# round (measured: 5M records, 1M keys), so it pays off from three slots on, not on two.
+SPLIT_MIN_SLOTS = 3
 
 # (application id, data directory) pairs whose visibility a probe job has confirmed in this process.
 _VISIBLE: set[tuple[str, str]] = set()
@@ -216,10 +224,18 @@ def round_bytes(task: CleanTask) -> int:
     return sum(s.size_bytes for s in task.segments)
 
 
-def should_split(size: int, total: int, slots: int) -> bool:
-    if SPLIT_POLICY != "auto":
-        return SPLIT_POLICY == "always"
-    return size > MIN_TASK_BYTES and size * slots > total
+def split_policy(sc: SparkContext) -> str:
+    policy = sc.getConf().get(SPLIT_CONF, SPLIT_POLICY).strip().lower()
+    if policy not in ("auto", "always", "never"):
+        raise ExecutorError(f"{SPLIT_CONF}={policy!r}; allowed: auto, always, never")
+    return policy
+
+
+def should_split(policy: str, size: int, total: int, slots: int) -> bool:
+    """Whether a partition of ``size`` bytes, in a pass of ``total`` bytes, is split over the slots."""
+    if policy != "auto":
+        return policy == "always"
+    return slots >= SPLIT_MIN_SLOTS and size > MIN_TASK_BYTES and size * slots > total
 
 
 def merge_bins(task: CleanTask, outputs: Sequence[BinMapOutput]) -> MapResult | None:
@@ -318,7 +334,8 @@ def _run_pass(state: _Pass) -> None:
     label = _label(tasks)
     sizes = [round_bytes(task) for task in tasks]
     total = sum(sizes)
-    split = [i for i, size in enumerate(sizes) if should_split(size, total, slots)]
+    policy = split_policy(sc)
+    split = [i for i, size in enumerate(sizes) if should_split(policy, size, total, slots)]
 
     # Job 1: whole rounds, and the bin maps of split partitions.
     first: list[Item] = []
@@ -403,7 +420,7 @@ def _exact_maps(state: _Pass, indices: Sequence[int]) -> None:
 
 def run_on_spark(spark: SparkSession | SparkContext, task: CleanTask) -> SparkRound:
     """One partition's round on Spark; raises ExecutorError on failure, with every ``.cleaned`` file of the
-    round deleted. (A single partition is split across every slot once it is worth it: MIN_TASK_BYTES.)"""
+    round deleted. (A single partition is split across the slots when that pays: see should_split.)"""
     (outcome,) = run_many_on_spark(spark, [task])
     if isinstance(outcome, ExecutorError):
         raise outcome

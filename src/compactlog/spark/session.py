@@ -94,7 +94,8 @@ def default_conf(master: str, user: Mapping[str, str]) -> dict[str, str]:
     python_path = [package_root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     defaults["spark.executorEnv.PYTHONPATH"] = os.pathsep.join(dict.fromkeys(python_path))
     java_options = user.get("spark.driver.extraJavaOptions", "")
-    if "log4j2.configurationFile" not in java_options and "log4j.configuration" not in java_options:
+    own_log4j = "log4j2.configurationFile" in java_options or "log4j.configuration" in java_options
+    if not own_log4j and os.path.exists(LOG4J_CONFIG):
         defaults["spark.driver.extraJavaOptions"] = (
             f"{java_options} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}".strip())
     return {key: value for key, value in defaults.items()
