@@ -10,7 +10,8 @@
 Every input is generated from fixed seeds, sealed into segments (all of it dirty), and each run cleans a
 fresh copy (segment files hard-linked: a clean never changes a file in place, it writes new ones and
 renames the old). Times are medians of ``--runs`` runs; ratios are against a baseline measured in the
-same run. The in-process baseline runs in a child process pinned to one core (``os.sched_setaffinity``).
+same run, interleaved with the measured runs (a noisy neighbour slows both alike). The in-process baseline
+runs in a child process pinned to one core (``os.sched_setaffinity``); the Spark session is warmed up first.
 
 Run: ``python benchmarks/bench_spark_clean.py`` (scale 0.05, a minute or two), ``--scale 0.1``, or
 ``--full`` (the issue's sizes: about 3.6 GB of segments; needs ~10 GB of free disk).
@@ -136,6 +137,17 @@ def measure(runs: int, prepare: Callable[[int], str],
     return results
 
 
+def measure_pair(runs: int, prepare: Callable[[str], str], baseline: Callable[[str], dict[str, Any]],
+                 subject: Callable[[str], dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Baseline and subject runs interleaved, so that a noisy neighbour slows both alike."""
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    for _ in range(runs):
+        theirs.append(baseline(prepare("baseline")))
+        ours.append(subject(prepare("subject")))
+    return theirs, ours
+
+
 def median(results: list[dict[str, Any]]) -> float:
     return statistics.median(r["seconds"] for r in results)
 
@@ -178,10 +190,12 @@ def main() -> None:
 
     started = time.perf_counter()
     spark = session(args.master, log_level="ERROR")
-    spark.sparkContext.parallelize(range(4), 4).count()  # start the Python workers
     print(f"Spark session up in {time.perf_counter() - started:.1f} s "
           f"(defaultParallelism={spark.sparkContext.defaultParallelism})")
     root = tempfile.mkdtemp(prefix="bench-spark-clean-", dir=args.work_dir)
+    # Warm up: Python workers started and compactlog imported on them, the JVM past its first jobs.
+    build(os.path.join(root, "warm-up"), 2, 1000, 100, 1024 * 1024, seed=4)
+    clean_on_spark(spark, os.path.join(root, "warm-up"))
     verdicts: list[str] = []
     try:
         if "a" in args.only or "c" in args.only:
@@ -192,15 +206,14 @@ def main() -> None:
                   f"(built in {time.perf_counter() - t:.0f} s)")
             total = a_partitions * a_records
 
-            def copy_a(i: int, kind: str) -> str:
+            def copy_a(kind: str) -> str:
                 target = os.path.join(root, f"a-{kind}")
                 fresh_copy(pristine, target)
                 return target
 
             if "a" in args.only:
-                inproc = measure(args.runs, lambda i: copy_a(i, "inproc"), clean_in_child)
-                on_spark = measure(args.runs, lambda i: copy_a(i, "spark"),
-                                   lambda d: clean_on_spark(spark, d))
+                inproc, on_spark = measure_pair(args.runs, copy_a, clean_in_child,
+                                                lambda d: clean_on_spark(spark, d))
                 check_same("(a)", on_spark, inproc)
                 print(line("in process, 1 core", inproc, total))
                 print(line(f"store.clean on Spark {args.master}", on_spark, total))
@@ -210,9 +223,9 @@ def main() -> None:
                 print("  " + verdicts[-1])
             if "c" in args.only:
                 out = os.path.join(root, "naive-out")
-                naive = measure(args.runs, lambda i: pristine,
-                                lambda d: naive_spark(spark, d, a_partitions, out))
-                ours = measure(args.runs, lambda i: copy_a(i, "spark"), lambda d: clean_on_spark(spark, d))
+                naive, ours = measure_pair(args.runs, lambda kind: pristine if kind == "baseline" else copy_a(kind),
+                                           lambda d: naive_spark(spark, d, a_partitions, out),
+                                           lambda d: clean_on_spark(spark, d))
                 if {r["written"] for r in naive} != {r["written"] for r in ours}:
                     raise RuntimeError(f"(c): naive job kept {naive[0]['written']}, "
                                        f"compactlog {ours[0]['written']}")
@@ -223,7 +236,7 @@ def main() -> None:
                                 f"(target >= {TARGETS['c']}x) {'PASS' if ratio >= TARGETS['c'] else 'MISS'}")
                 print("  " + verdicts[-1])
             shutil.rmtree(pristine)
-            for kind in ("inproc", "spark"):
+            for kind in ("baseline", "subject"):
                 shutil.rmtree(os.path.join(root, f"a-{kind}"), ignore_errors=True)
         if "b" in args.only:
             pristine = os.path.join(root, "b")
@@ -232,13 +245,12 @@ def main() -> None:
             print(f"(b) data: 1 x {b_records:,} records, {b_keys:,} keys "
                   f"(built in {time.perf_counter() - t:.0f} s)")
 
-            def copy_b(i: int, kind: str) -> str:
+            def copy_b(kind: str) -> str:
                 target = os.path.join(root, f"b-{kind}")
                 fresh_copy(pristine, target)
                 return target
 
-            inproc = measure(args.runs, lambda i: copy_b(i, "inproc"), clean_in_child)
-            on_spark = measure(args.runs, lambda i: copy_b(i, "spark"), lambda d: clean_on_spark(spark, d))
+            inproc, on_spark = measure_pair(args.runs, copy_b, clean_in_child, lambda d: clean_on_spark(spark, d))
             check_same("(b)", on_spark, inproc)
             print(line("in process, 1 core", inproc, b_records))
             print(line(f"store.clean on Spark {args.master}", on_spark, b_records))
@@ -251,14 +263,13 @@ def main() -> None:
             pristine = os.path.join(root, "d")
             build(pristine, 1, 1000, 100, 1024 * 1024, seed=3)
 
-            def copy_d(i: int, kind: str) -> str:
+            def copy_d(kind: str) -> str:
                 target = os.path.join(root, f"d-{kind}")
                 fresh_copy(pristine, target)
                 return target
 
-            runs = max(args.runs, 5)
-            inproc = measure(runs, lambda i: copy_d(i, "inproc"), clean_in_child)
-            on_spark = measure(runs, lambda i: copy_d(i, "spark"), lambda d: clean_on_spark(spark, d))
+            inproc, on_spark = measure_pair(max(args.runs, 5), copy_d, clean_in_child,
+                                            lambda d: clean_on_spark(spark, d))
             print(line("tiny topic in process", inproc, 1000))
             print(line(f"tiny topic on Spark {args.master}", on_spark, 1000))
             overhead = median(on_spark) - median(inproc)

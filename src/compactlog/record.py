@@ -164,7 +164,14 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     if "timestamp" in names:
         timestamp = table.column("timestamp")
         if pa.types.is_timestamp(timestamp.type):
-            timestamp = timestamp.cast(pa.timestamp("ms")).cast(pa.int64())
+            # Floored to milliseconds (Spark and pandas give micro- or nanoseconds), as Kafka's clients do.
+            unit = timestamp.type.unit
+            raw = timestamp.cast(pa.int64())
+            if isinstance(raw, pa.ChunkedArray):
+                raw = raw.combine_chunks()
+            values = raw.fill_null(0).to_numpy()
+            scaled = values * 1000 if unit == "s" else values // {"ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+            timestamp = pa.array(scaled, pa.int64(), mask=raw.is_null().to_numpy(zero_copy_only=False))
         elif not pa.types.is_integer(timestamp.type):
             raise InvalidRecordError(f"column 'timestamp' must be integer milliseconds, not {timestamp.type}")
         timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)

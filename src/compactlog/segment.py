@@ -515,6 +515,9 @@ class SegmentWriter:
         self.max_timestamp = -1
         self.bytes_written = 0
         self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_statistics=True)
+        # Small writes (a cleaner filters row group by row group) are gathered into full row groups.
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
 
     def write(self, rows: pa.Table | pa.RecordBatch) -> None:
         if rows.num_rows == 0:
@@ -528,9 +531,19 @@ class SegmentWriter:
         self.max_timestamp = max(self.max_timestamp, pa.compute.max(timestamps).as_py())
         self.control_count += pa.compute.sum(pa.compute.not_equal(table.column(9), CONTROL_NONE)).as_py() or 0
         self.record_count += table.num_rows
-        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+            self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            self._pending, self._pending_rows = [], 0
 
     def close(self, next_offset: int, aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
+        self._write_pending()
         metadata = {
             "base_offset": self.base_offset, "next_offset": next_offset, "record_count": self.record_count,
             "control_count": self.control_count, "first_timestamp": self.first_timestamp,

@@ -620,3 +620,15 @@ def test_a_topic_recreated_by_another_store_is_seen_as_a_new_log(tmp_path: Path)
         first.append("prices", 0, rows(1, start=200))  # into the new log, under its lock
         assert [r.key for r in first.read("prices", 0)] == [b"k100", b"k101", b"k200"]
         assert [r.key for r in second.read("prices", 0)] == [b"k100", b"k101", b"k200"]
+
+
+@pytest.mark.parametrize(("unit", "expected"), [("s", 1704067200000), ("ms", 1704067200123),
+                                                ("us", 1704067200123), ("ns", 1704067200123)])
+def test_bulk_append_floors_timestamp_columns_to_milliseconds(tmp_path: Path, unit: str, expected: int) -> None:
+    import datetime
+
+    store = compactlog.open(str(tmp_path))
+    store.create_topic("t")
+    stamp = pa.array([datetime.datetime(2024, 1, 1, 0, 0, 0, 123456)], pa.timestamp(unit))
+    store.append("t", 0, pa.table({"key": [b"k"], "value": [b"v"], "timestamp": stamp}))
+    assert next(iter(store.read("t", 0))).timestamp == expected

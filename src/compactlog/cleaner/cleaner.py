@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from ..errors import CleanerError, CompactLogError
 from .kernel import (
     CleanTask,
@@ -202,7 +204,7 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
     broker = store.broker
     sealed = [s for s in log.sealed_segments() if s.base_offset < ltc.first_uncleanable_offset]
     files = tuple(SegmentFile(s.path, s.base_offset, s.next_offset, s.meta.size_bytes, s.meta.record_count,
-                              s.meta.max_timestamp, s.meta.first_timestamp) for s in sealed)
+                              s.meta.max_timestamp, s.meta.first_timestamp, s.aborted) for s in sealed)
     buffer_bytes = int(broker.log_cleaner_dedupe_buffer_size)
     aborted = tuple(log.aborted_transactions(0, ltc.first_uncleanable_offset))
     # Markers and emptied batches are control rows: without any, there is no transaction state to keep.
@@ -220,12 +222,16 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
 
 
 def run_in_process(task: CleanTask) -> tuple[MapResult, list[GroupResult]]:
-    """The kernel in this process: map, then every group, one after another."""
+    """The kernel in this process: map, then every group, one after another. Between steps the memory
+    pool hands freed memory back, so the round's footprint is its largest step, not the sum of its steps."""
+    pool = pa.default_memory_pool()
     mapped = build_offset_map(task)
+    pool.release_unused()
     results: list[GroupResult] = []
     try:
         for group in groups_to_clean(task, mapped.end_offset):
             results.append(clean_group(task, group, mapped.offset_map, mapped.entries))
+            pool.release_unused()
     except BaseException:
         discard(results)
         raise

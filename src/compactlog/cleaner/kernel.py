@@ -50,6 +50,7 @@ class SegmentFile:
     record_count: int
     max_timestamp: int = -1
     first_timestamp: int = -1
+    aborted: tuple[AbortedTxn, ...] = ()  # the segment's transaction index
 
     def stats(self) -> SegmentStats:
         # An emptied segment counts as size 0, so it always joins a neighbour's group (Kafka's rule for
@@ -175,7 +176,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
         every_row = len(positions) == len(offsets)
         chunk_keys = keys if every_row else keys.take(pa.array(positions))
         chunk_bytes = chunk_keys.nbytes + 8 * len(positions)
-        if pending and pending_bytes + chunk_bytes > task.dedupe_buffer_bytes:
+        if pending and pending_bytes + chunk_bytes > task.dedupe_buffer_bytes // 2:
             full_at = flush()
             if full_at is not None:
                 break
@@ -354,12 +355,15 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
         os.unlink(cleaned)
     writer = SegmentWriter(cleaned, base, task.compression)
     read = written = invalid = stamped = bytes_read = 0
+    kept_markers: set[int] = set()
     try:
-        for segment, table in prefetched(group):
+        bytes_read = sum(segment.size_bytes for segment in group)
+        for segment, first_row, table in prefetched(group):
             read += table.num_rows
-            bytes_read += segment.size_bytes
-            keep, dropped_invalid = retain_mask(table, task, offset_map,
-                                                (entries or {}).get(segment.base_offset))
+            segment_entries = (entries or {}).get(segment.base_offset)
+            if segment_entries is not None:
+                segment_entries = segment_entries[first_row:first_row + table.num_rows]
+            keep, dropped_invalid = retain_mask(table, task, offset_map, segment_entries)
             invalid += dropped_invalid
             emptied = producer_last_rows(table, keep, task)
             kept = table.filter(pa.array(keep)) if not keep.all() else table
@@ -369,8 +373,13 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
                                                   task.markers_with_data)
             stamped += stamped_here
             written += kept.num_rows
+            kept_markers.update(_kept_abort_markers(kept))
             writer.write(kept)
-        sealed = writer.close(group[-1].next_offset)
+        # The transaction index keeps the aborted transactions whose ABORT marker stays beside records of
+        # its transaction read in this round (Kafka re-indexes only those).
+        index = [a for segment in group for a in segment.aborted
+                 if a.last_offset in kept_markers and a.last_offset in task.markers_with_data]
+        sealed = writer.close(group[-1].next_offset, index)
     except BaseException:
         writer.abort()
         raise
@@ -378,20 +387,35 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
                        bytes_read, sealed.meta.size_bytes, invalid, stamped)
 
 
-def prefetched(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, pa.Table]]:
-    """Each segment with its rows, the next one read on a background thread while the caller works on
-    the current one (reading decodes on Arrow's threads; filtering and writing are on the caller's)."""
-    if len(segments) < 2:
-        for segment in segments:
-            yield segment, pq.read_table(segment.path)
-        return
+def _kept_abort_markers(table: pa.Table) -> list[int]:
+    markers = table.column("offset").filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
+    return markers.to_pylist()
+
+
+def _row_groups(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, int, pq.ParquetFile, int]]:
+    for segment in segments:
+        file = pq.ParquetFile(segment.path)
+        first_row = 0
+        for index in range(file.metadata.num_row_groups):
+            yield segment, first_row, file, index
+            first_row += file.metadata.row_group(index).num_rows
+
+
+def prefetched(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, int, pa.Table]]:
+    """Every row group of the segments as ``(segment, index of its first row, rows)``, the next one read on a
+    background thread while the caller works on the current one (decoding runs on Arrow's threads,
+    filtering and writing on the caller's). Memory stays at two row groups, whatever the segment size."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactlog-prefetch") as pool:
-        pending: Future[pa.Table] = pool.submit(pq.read_table, segments[0].path)
-        for i, segment in enumerate(segments):
+        groups = _row_groups(segments)
+        current = next(groups, None)
+        pending: Future[pa.Table] | None = (
+            pool.submit(current[2].read_row_group, current[3]) if current is not None else None)
+        while current is not None and pending is not None:
             table = pending.result()
-            if i + 1 < len(segments):
-                pending = pool.submit(pq.read_table, segments[i + 1].path)
-            yield segment, table
+            following = next(groups, None)
+            pending = pool.submit(following[2].read_row_group, following[3]) if following is not None else None
+            yield current[0], current[1], table
+            current = following
 
 
 def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int,

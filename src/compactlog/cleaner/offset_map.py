@@ -64,8 +64,14 @@ class OffsetMap:
         # Every chunk of the result shares the final dictionary; the map's own keys come first, so old
         # entries keep their numbers and new keys follow in order of first appearance.
         dictionary = encoded.chunks[-1].dictionary if encoded.num_chunks else self.keys
-        indices = [c.indices.to_numpy() for c in encoded.chunks]
-        entries = np.concatenate(indices)[m:].astype(np.int32, copy=False)
+        entries = np.empty(n, dtype=np.int32)
+        position = -m  # the map's own keys come first in the encoded chunks and are skipped
+        for chunk in encoded.chunks:
+            indices = chunk.indices.to_numpy()
+            start = max(0, -position)
+            if start < len(indices):
+                entries[position + start:position + len(indices)] = indices[start:]
+            position += len(indices)
         new_count = len(dictionary) - m
         full_at: int | None = None
         if new_count:
