@@ -129,14 +129,6 @@ def naive_spark(spark: Any, data_dir: str, partitions: int, out: str) -> dict[st
     return {"seconds": seconds, "written": spark.read.parquet(out).count()}
 
 
-def measure(runs: int, prepare: Callable[[int], str],
-            run: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
-    results = []
-    for i in range(runs):
-        results.append(run(prepare(i)))
-    return results
-
-
 def measure_pair(runs: int, prepare: Callable[[str], str], baseline: Callable[[str], dict[str, Any]],
                  subject: Callable[[str], dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Baseline and subject runs interleaved, so that a noisy neighbour slows both alike."""
@@ -171,8 +163,11 @@ def main() -> None:
                         help="fraction of the issue's sizes (default 0.05)")
     parser.add_argument("--full", action="store_true", help="the issue's sizes (scale 1)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--naive-runs", type=int, help="runs of (c), which is slow (default: --runs)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", default="abcd", help="which benchmarks to run, e.g. 'ad'")
+    parser.add_argument("--split", choices=("auto", "always", "never"), default="auto",
+                        help="spark.compactlog.cleaner.split: split a partition's round over the slots")
     parser.add_argument("--work-dir", help="where to put the data (default: a temporary directory)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -183,13 +178,13 @@ def main() -> None:
     segment_bytes = max(1024 * 1024, int(FULL_SEGMENT_BYTES * scale))
     a_partitions, a_records, a_keys = 8, int(2_000_000 * scale), int(1_000_000 * scale)
     b_records, b_keys = int(10_000_000 * scale), int(2_000_000 * scale)
-    banner(f"compactlog cleaner on Spark ({args.master}) vs in process on one core; scale {scale:g}, "
-           f"segment.bytes {segment_bytes / 2**20:.1f} MiB, {args.runs} runs")
+    banner(f"compactlog cleaner on Spark ({args.master}, split {args.split}) vs in process on one core; "
+           f"scale {scale:g}, segment.bytes {segment_bytes / 2**20:.1f} MiB, {args.runs} runs")
 
     from compactlog.spark import session
 
     started = time.perf_counter()
-    spark = session(args.master, log_level="ERROR")
+    spark = session(args.master, log_level="ERROR", conf={"spark.compactlog.cleaner.split": args.split})
     print(f"Spark session up in {time.perf_counter() - started:.1f} s "
           f"(defaultParallelism={spark.sparkContext.defaultParallelism})")
     root = tempfile.mkdtemp(prefix="bench-spark-clean-", dir=args.work_dir)
@@ -223,7 +218,8 @@ def main() -> None:
                 print("  " + verdicts[-1])
             if "c" in args.only:
                 out = os.path.join(root, "naive-out")
-                naive, ours = measure_pair(args.runs, lambda kind: pristine if kind == "baseline" else copy_a(kind),
+                naive, ours = measure_pair(args.naive_runs or args.runs,
+                                           lambda kind: pristine if kind == "baseline" else copy_a(kind),
                                            lambda d: naive_spark(spark, d, a_partitions, out),
                                            lambda d: clean_on_spark(spark, d))
                 if {r["written"] for r in naive} != {r["written"] for r in ours}:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..cleaner.cleaner import run_in_process
 from ..cleaner.kernel import (
     CleanTask,
     GroupResult,
@@ -30,7 +31,6 @@ from ..cleaner.kernel import (
     SegmentFile,
     build_offset_map,
     clean_group,
-    groups_to_clean,
     partial_map,
 )
 from ..cleaner.offset_map import OffsetMap
@@ -207,7 +207,7 @@ Output = RoundOutput | BinMapOutput | SegmentMapOutput | RewriteOutput
 
 @dataclass(frozen=True)
 class RoundItem:
-    """A whole round of one partition: the in-process kernel, on an executor."""
+    """A whole round of one partition: the in-process cleaner's kernel run, on an executor."""
 
     task_index: int
     task: CleanTask
@@ -217,13 +217,9 @@ class RoundItem:
         missing = _not_visible(self.task_index, task.directory, "the round")
         if missing is not None:
             return missing
-        results: list[GroupResult] = []
         try:
-            mapped = build_offset_map(task)
-            for group in groups_to_clean(task, mapped.end_offset):
-                results.append(clean_group(task, group, mapped.offset_map, mapped.entries))
-        except Exception as e:
-            discard(results)
+            mapped, results = run_in_process(task)  # the very function of the in-process cleaner
+        except Exception as e:  # run_in_process has removed the groups it wrote
             return _failure(self.task_index, "the round", e)
         summary = MapResult(map_summary(mapped.offset_map), mapped.end_offset, mapped.records_read,
                             mapped.bytes_read)
