@@ -21,6 +21,7 @@ from compactlog.cleaner.kernel import (
     build_offset_map,
     clean_group,
     groups_to_clean,
+    map_entries,
     merge_partial_maps,
     partial_map,
 )
@@ -35,7 +36,6 @@ from compactlog.spark.clean_tasks import (
     RoundItem,
     RoundOutput,
     TaskFailure,
-    map_entries,
 )
 from compactlog.spark.executor import merge_bins, split_evenly
 

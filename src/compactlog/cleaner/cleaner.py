@@ -38,6 +38,8 @@ from .kernel import (
     build_offset_map,
     clean_group,
     groups_to_clean,
+    lookup_batches,
+    map_entries,
     transaction_facts,
 )
 from .plan import (
@@ -163,25 +165,29 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
     state.max_compaction_delay_ms = selection.max_compaction_delay_ms
     by_tp = {(log.topic, log.partition): log for log in logs}
     stats: list[CleanerStats] = []
-    for ltc in selection.to_clean:
-        tp = (ltc.topic, ltc.partition)
-        log = by_tp[tp]
-        try:
-            with cleaner_lock(log) as acquired:
-                if not acquired:
-                    report.skipped[tp] = "being cleaned by another process"
-                    continue
-                result = clean_partition(store, log, ltc, now, executor, hook)
-        except Exception as e:  # Kafka marks the partition uncleanable on any failure; so do we, and go on
-            reason = str(e) if isinstance(e, CompactLogError) else f"{type(e).__name__}: {e}"
-            state.mark_uncleanable(tp, reason, ltc.cleanable_bytes)
-            report.skipped[tp] = f"uncleanable: {reason}"
-            continue
-        state.clear_uncleanable(tp)
-        report.partitions.append(result)
-        stats.append(CleanerStats(result.records_read, result.records_written, result.bytes_read,
-                                  result.bytes_written, result.invalid_records, result.map_utilization,
-                                  now, now + result.duration_ms))
+    with contextlib.ExitStack() as locks:
+        # Every selected partition's cleaner lock is held for the whole pass (on Spark they run together).
+        chosen: list[tuple[LogToClean, Log]] = []
+        for ltc in selection.to_clean:
+            tp = (ltc.topic, ltc.partition)
+            if locks.enter_context(cleaner_lock(by_tp[tp])):
+                chosen.append((ltc, by_tp[tp]))
+            else:
+                report.skipped[tp] = "being cleaned by another process"
+        for ltc, outcome in run_rounds(store, chosen, now, executor, hook):
+            tp = (ltc.topic, ltc.partition)
+            if isinstance(outcome, Exception):  # Kafka marks the partition uncleanable on any failure; go on
+                name = type(outcome).__name__
+                reason = str(outcome) if isinstance(outcome, CompactLogError) else f"{name}: {outcome}"
+                state.mark_uncleanable(tp, reason, ltc.cleanable_bytes)
+                report.skipped[tp] = f"uncleanable: {reason}"
+                continue
+            result = outcome
+            state.clear_uncleanable(tp)
+            report.partitions.append(result)
+            stats.append(CleanerStats(result.records_read, result.records_written, result.bytes_read,
+                                      result.bytes_written, result.invalid_records, result.map_utilization,
+                                      now, now + result.duration_ms))
     if stats:
         state.last_stats = stats
     for log in logs:
@@ -229,26 +235,68 @@ def run_in_process(task: CleanTask) -> tuple[MapResult, list[GroupResult]]:
     pool.release_unused()
     results: list[GroupResult] = []
     try:
-        for group in groups_to_clean(task, mapped.end_offset):
-            results.append(clean_group(task, group, mapped.offset_map, mapped.entries))
-            pool.release_unused()
+        for batch in lookup_batches(groups_to_clean(task, mapped.end_offset)):
+            # Segments the map phase did not number (the clean section) are looked up a batch at a time.
+            unmapped = [s for group in batch for s in group if s.base_offset not in mapped.entries]
+            entries = {**mapped.entries, **map_entries(mapped.offset_map, unmapped)} if unmapped else mapped.entries
+            for group in batch:
+                results.append(clean_group(task, group, mapped.offset_map, entries))
+                pool.release_unused()
     except BaseException:
         discard(results)
         raise
     return mapped, results
 
 
+def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,
+               hook: SwapHook | None) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
+    """The rounds of the chosen partitions (their cleaner locks held): in process one after another, or on
+    Spark all at once (:func:`compactlog.spark.executor.run_many_on_spark`); each is then swapped in and
+    checkpointed on its own, so one partition's failure never costs another its round."""
+    if executor is None:
+        for ltc, log in chosen:
+            started = time.monotonic()
+            try:
+                task, inodes = make_task(store, log, ltc, now)
+                mapped, results = run_in_process(task)
+                yield ltc, commit_round(store, log, ltc, mapped, results, inodes, started, hook)
+            except Exception as e:
+                yield ltc, e
+        return
+    from ..spark.executor import run_many_on_spark
+
+    started = time.monotonic()
+    prepared = []
+    for ltc, log in chosen:
+        try:
+            prepared.append((ltc, log, *make_task(store, log, ltc, now)))
+        except Exception as e:
+            yield ltc, e
+    outcomes = run_many_on_spark(executor, [task for _, _, task, _ in prepared])
+    for (ltc, log, _, inodes), outcome in zip(prepared, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            yield ltc, outcome
+            continue
+        mapped, results = outcome
+        try:
+            yield ltc, commit_round(store, log, ltc, mapped, results, inodes, started, hook)
+        except Exception as e:
+            discard(results)
+            yield ltc, e
+
+
 def clean_partition(store: Store, log: Log, ltc: LogToClean, now: int, executor: Any = None,
                     hook: SwapHook | None = None) -> PartitionCleanReport:
-    """One round on one partition: kernel, swap, then checkpoint."""
-    started = time.monotonic()
-    task, inodes = make_task(store, log, ltc, now)
-    if executor is None:
-        mapped, results = run_in_process(task)
-    else:
-        from ..spark.executor import run_on_spark
+    """One round on one partition (its cleaner lock held): kernel, swap, then checkpoint."""
+    ((_, outcome),) = run_rounds(store, [(ltc, log)], now, executor, hook)
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
-        mapped, results = run_on_spark(executor, task)
+
+def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, results: list[GroupResult],
+                 inodes: dict[int, int], started: float, hook: SwapHook | None) -> PartitionCleanReport:
+    """Install a round's cleaned groups (the swap), then advance the checkpoint."""
     if mapped.end_offset <= ltc.first_dirty_offset and not results:
         raise CleanerError(f"{log.topic}-{log.partition}: offset map made no progress")
     config = store.topic_config(log.topic)

@@ -35,8 +35,8 @@ from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 
 MAP_COLUMNS = ["offset", "key", "control_type", "is_transactional", "producer_id"]
-# Key columns of at most this many bytes are looked up in the offset map in one hash pass.
-LOOKUP_BATCH_BYTES = 64 * 1024 * 1024
+# Segments of at most this many bytes have their keys looked up in the offset map in one hash pass of it.
+LOOKUP_BATCH_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -344,6 +344,39 @@ def producer_last_rows(table: pa.Table, keep: np.ndarray, task: CleanTask) -> pa
         rows = rows.set_column(index, rows.schema.field(index), pa.nulls(n, rows.schema.field(index).type))
     index = rows.schema.get_field_index("control_type")
     return rows.set_column(index, rows.schema.field(index), pa.array(np.full(n, CONTROL_EMPTY_BATCH, np.int8)))
+
+
+def lookup_batches(groups: Sequence[Sequence[SegmentFile]]) -> Iterator[list[Sequence[SegmentFile]]]:
+    """Consecutive groups of at most LOOKUP_BATCH_SEGMENT_BYTES of segments (or one bigger group)."""
+    batch: list[Sequence[SegmentFile]] = []
+    size = 0
+    for group in groups:
+        group_size = sum(s.size_bytes for s in group)
+        if batch and size + group_size > LOOKUP_BATCH_SEGMENT_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(group)
+        size += group_size
+    if batch:
+        yield batch
+
+
+def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[int, np.ndarray]:
+    """For each segment, each row's entry in ``offset_map`` (-1: not there), with one hash of the map for
+    all the segments (what :meth:`OffsetMap.lookup` does per call)."""
+    columns = [pq.read_table(s.path, columns=["key"]).column("key") for s in segments]
+    chunks = [chunk for column in columns for chunk in column.chunks]
+    if not chunks or len(offset_map.keys) == 0:
+        return {s.base_offset: np.full(len(c), -1, dtype=np.int32)
+                for s, c in zip(segments, columns, strict=True)}
+    found = pc.index_in(pa.chunked_array(chunks, pa.binary()), value_set=offset_map.keys)
+    positions = pc.fill_null(found, -1).to_numpy().astype(np.int32, copy=False)
+    entries: dict[int, np.ndarray] = {}
+    start = 0
+    for segment, column in zip(segments, columns, strict=True):
+        entries[segment.base_offset] = positions[start:start + len(column)]
+        start += len(column)
+    return entries
 
 
 def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap,

@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..cleaner.cleaner import run_in_process
 from ..cleaner.kernel import (
@@ -31,6 +29,8 @@ from ..cleaner.kernel import (
     SegmentFile,
     build_offset_map,
     clean_group,
+    lookup_batches,
+    map_entries,
     partial_map,
 )
 from ..cleaner.offset_map import OffsetMap
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 # A rewrite task looks the keys of this many bytes of segments up in the offset map with one hash of the map
 # (hashing a map of a million keys costs about as much as rewriting a segment of a few hundred thousand
 # records, so once per segment would double the work); the keys of a batch are held in memory meanwhile.
-LOOKUP_BATCH_SEGMENT_BYTES = 256 * 1024 * 1024
 
 
 def not_visible_message(host: str, directory: str) -> str:
@@ -291,7 +290,7 @@ class RewriteItem:
         results: list[GroupResult] = []
         try:
             offset_map = maps[self.task_index].value.offset_map()
-            for batch in _lookup_batches(self.groups):
+            for batch in lookup_batches(self.groups):
                 entries = map_entries(offset_map, [s for group in batch for s in group])
                 for group in batch:
                     results.append(clean_group(self.task, group, offset_map, entries))
@@ -302,39 +301,6 @@ class RewriteItem:
 
 
 Item = RoundItem | BinMapItem | SegmentMapItem | RewriteItem
-
-
-def _lookup_batches(groups: Sequence[Sequence[SegmentFile]]) -> Iterator[list[Sequence[SegmentFile]]]:
-    """Consecutive groups of at most LOOKUP_BATCH_SEGMENT_BYTES of segments (or one bigger group)."""
-    batch: list[Sequence[SegmentFile]] = []
-    size = 0
-    for group in groups:
-        group_size = sum(s.size_bytes for s in group)
-        if batch and size + group_size > LOOKUP_BATCH_SEGMENT_BYTES:
-            yield batch
-            batch, size = [], 0
-        batch.append(group)
-        size += group_size
-    if batch:
-        yield batch
-
-
-def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[int, np.ndarray]:
-    """For each segment, each row's entry in ``offset_map`` (-1: not there), with one hash of the map for
-    all the segments (what :meth:`OffsetMap.lookup` does per call)."""
-    columns = [pq.read_table(s.path, columns=["key"]).column("key") for s in segments]
-    chunks = [chunk for column in columns for chunk in column.chunks]
-    if not chunks or len(offset_map.keys) == 0:
-        return {s.base_offset: np.full(len(c), -1, dtype=np.int32)
-                for s, c in zip(segments, columns, strict=True)}
-    found = pc.index_in(pa.chunked_array(chunks, pa.binary()), value_set=offset_map.keys)
-    positions = pc.fill_null(found, -1).to_numpy().astype(np.int32, copy=False)
-    entries: dict[int, np.ndarray] = {}
-    start = 0
-    for segment, column in zip(segments, columns, strict=True):
-        entries[segment.base_offset] = positions[start:start + len(column)]
-        start += len(column)
-    return entries
 
 
 def run_items(maps: Mapping[int, Broadcast[BroadcastMap]],

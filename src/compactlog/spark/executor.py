@@ -25,7 +25,7 @@ How the work is cut (:func:`run_many_on_spark`, for the partitions one cleaner p
   2. *rewrite*: the merged map is broadcast (Arrow IPC bytes, latest offset, capacity); the groups of
      :func:`~compactlog.cleaner.kernel.groups_to_clean` go to consecutive bins, one per slot, and a task
      looks its segments' keys up in the map in batches of
-     :data:`~compactlog.spark.clean_tasks.LOOKUP_BATCH_SEGMENT_BYTES` (one hash of the map per batch, not per
+     :data:`~compactlog.cleaner.kernel.LOOKUP_BATCH_SEGMENT_BYTES` (one hash of the map per batch, not per
      segment) and runs
      :func:`~compactlog.cleaner.kernel.clean_group` on each group, which writes ``<base>.parquet.cleaned``.
 
