@@ -210,7 +210,8 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
     broker = store.broker
     sealed = [s for s in log.sealed_segments() if s.base_offset < ltc.first_uncleanable_offset]
     files = tuple(SegmentFile(s.path, s.base_offset, s.next_offset, s.meta.size_bytes, s.meta.record_count,
-                              s.meta.max_timestamp, s.meta.first_timestamp, s.aborted) for s in sealed)
+                              s.meta.max_timestamp, s.meta.first_timestamp, s.aborted, s.meta.control_count)
+                  for s in sealed)
     buffer_bytes = int(broker.log_cleaner_dedupe_buffer_size)
     aborted = tuple(log.aborted_transactions(0, ltc.first_uncleanable_offset))
     # Markers and emptied batches are control rows: without any, there is no transaction state to keep.

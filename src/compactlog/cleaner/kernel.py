@@ -34,7 +34,6 @@ from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 
-MAP_COLUMNS = ["offset", "key", "control_type", "is_transactional", "producer_id"]
 # Segments of at most this many bytes have their keys looked up in the offset map in one hash pass of it.
 LOOKUP_BATCH_SEGMENT_BYTES = 256 * 1024 * 1024
 
@@ -51,6 +50,7 @@ class SegmentFile:
     max_timestamp: int = -1
     first_timestamp: int = -1
     aborted: tuple[AbortedTxn, ...] = ()  # the segment's transaction index
+    control_count: int = -1  # markers and emptied batches in the segment; -1 = unknown
 
     def stats(self) -> SegmentStats:
         # An emptied segment counts as size 0, so it always joins a neighbour's group (Kafka's rule for
@@ -115,11 +115,24 @@ class GroupResult:
     tombstones_stamped: int
 
 
+def map_columns(task: CleanTask, segment: SegmentFile) -> list[str]:
+    """The columns the map phase reads of a segment: control and producer columns only when needed."""
+    columns = ["offset", "key"]
+    if segment.control_count != 0:
+        columns.append("control_type")
+    if task.aborted:
+        columns += ["is_transactional", "producer_id"]
+    return columns
+
+
 def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """The rows of a segment that enter the map: keyed data rows of the dirty range, not aborted."""
     offsets = table.column("offset").to_numpy()
     keys = table.column("key").combine_chunks() if table.num_rows else pa.array([], pa.binary())
-    control = table.column("control_type").to_numpy() != CONTROL_NONE
+    if "control_type" in table.column_names:
+        control = table.column("control_type").to_numpy() != CONTROL_NONE
+    else:  # the segment has no control rows
+        control = np.zeros(len(offsets), dtype=bool)
     eligible = ~np.asarray(keys.is_null(), dtype=bool) & ~control
     eligible &= (offsets >= task.first_dirty_offset) & (offsets < task.first_uncleanable_offset)
     if task.aborted:
@@ -168,7 +181,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
 
     full_at: int | None = None
     for segment in dirty:
-        table = pq.read_table(segment.path, columns=MAP_COLUMNS)
+        table = pq.read_table(segment.path, columns=map_columns(task, segment))
         result.records_read += table.num_rows
         result.bytes_read += segment.size_bytes
         offsets, keys, eligible = _map_rows(table, task)
@@ -206,7 +219,7 @@ class PartialMap:
 
 def partial_map(task: CleanTask, segment: SegmentFile) -> PartialMap:
     """The newest offset of each key of one dirty segment (unbounded: the driver's merge applies the bound)."""
-    table = pq.read_table(segment.path, columns=MAP_COLUMNS)
+    table = pq.read_table(segment.path, columns=map_columns(task, segment))
     offsets, keys, eligible = _map_rows(table, task)
     positions = np.flatnonzero(eligible)
     unbounded = OffsetMap(2**62)
@@ -226,7 +239,7 @@ def merge_partial_maps(task: CleanTask, partials: Sequence[PartialMap]) -> MapRe
         result.records_read += part.records_read
         result.bytes_read += part.bytes_read
         if not offset_map.put_partial(part.keys, part.latest):
-            table = pq.read_table(segment.path, columns=MAP_COLUMNS)
+            table = pq.read_table(segment.path, columns=map_columns(task, segment))
             offsets, keys, eligible = _map_rows(table, task)
             positions = np.flatnonzero(eligible)
             _, full_at = offset_map.put_records(keys.take(pa.array(positions)), offsets[positions])
