@@ -296,6 +296,11 @@ class ActiveSegment:
                     (magic, length, crc, omitted, reserved, rows, base, last, first_ts,
                      max_ts) = _FRAME_HEADER.unpack(header)
                     if magic != FRAME_MAGIC:
+                        if position == 0 and magic.strip(b"\0"):
+                            # Not a torn write (those are a prefix of a frame, or zeros): a file of another
+                            # format. Truncating it would drop every record it holds.
+                            raise CorruptSegmentError(
+                                f"{self.path}: unknown frame format (magic {magic!r}); not truncating it")
                         break
                 else:
                     break

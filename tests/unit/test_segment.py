@@ -209,7 +209,8 @@ def test_a_frame_with_a_bad_crc_ends_the_valid_prefix(active: ActiveSegment) -> 
 
 def test_a_corrupt_first_frame_leaves_an_empty_segment(active: ActiveSegment) -> None:
     active.append(batch([10, 11]))
-    with open(active.path, "r+b") as f:
+    with open(active.path, "r+b") as f:  # a torn write: the last bytes of the frame never made it
+        f.seek(active.size - 4)
         f.write(b"XXXX")
     reopened, invalid = ActiveSegment.open(active.path, 10, truncate=True)
     assert (reopened.next_offset, reopened.size, invalid) == (10, 0, active.size)
@@ -377,3 +378,14 @@ def test_frames_of_the_first_format_are_still_read(active: ActiveSegment) -> Non
     assert table.column("offset").to_pylist() == [10, 11, 12]
     assert table.slice(0, 2).equals(pa.Table.from_batches([old]))
     assert again.frames[0].header_size == 44 and again.frames[1].header_size == FRAME_HEADER_SIZE
+
+
+def test_an_active_segment_of_an_unknown_format_is_refused_not_truncated(tmp_path: Path) -> None:
+    from compactlog.errors import CorruptSegmentError
+    from compactlog.segment import ActiveSegment, segment_name
+
+    path = tmp_path / segment_name(0, ".log")
+    path.write_bytes(b"XYZ9" + b"\x01" * 200)
+    with pytest.raises(CorruptSegmentError, match="unknown frame format"):
+        ActiveSegment.open(str(path), 0, truncate=True)
+    assert path.stat().st_size == 204  # nothing was cut
