@@ -55,6 +55,7 @@ from .segment import (
     SegmentMeta,
     encode_stored,
     frame_row_bytes,
+    fsync_path,
     is_segment_name,
     offset_from_name,
     omitted_columns,
@@ -79,11 +80,8 @@ _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Make a directory's renames and creations durable (a directory fsyncs like a file)."""
+    fsync_path(path)
 
 
 def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:
