@@ -402,12 +402,11 @@ class Log:
 
     # -- append and roll ---------------------------------------------------------------------------------
 
-    def append(self, rows: pa.RecordBatch | pa.Table, flush: bool = True,
-               before_append: Callable[[Log], None] | None = None) -> tuple[int, int]:
-        """Append rows (SCHEMA without meaningful offsets: they are assigned here) as one atomic unit.
+    def append(self, rows: pa.RecordBatch | pa.Table, flush: bool = True) -> tuple[int, int]:
+        """Append rows (SCHEMA without meaningful offsets: they are assigned here), in order, under the lock.
+        Each frame is all or nothing; rows spanning several frames may keep a prefix after a crash.
 
         Returns ``(first_offset, append_time_ms)``. With ``flush`` the rows are fsynced before returning.
-        ``before_append`` runs under the lock after the refresh (idempotence and transaction checks).
 
         The rows go into frames of the active segment, rolling it first when a frame would take it past
         ``segment.bytes``, or when the frame's newest timestamp is more than the roll time (``segment.ms``;
@@ -416,8 +415,6 @@ class Log:
         """
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         with self.locked():
-            if before_append is not None:
-                before_append(self)
             now = self._clock()
             config = self._config()
             n = table.num_rows
@@ -693,11 +690,8 @@ def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) ->
 def _aborted_in(segment: ActiveSegment) -> list[AbortedTxn]:
     """The aborted transactions whose markers lie in ``segment``, from its rows alone (the data's first
     offset is the producer's first transactional offset seen in the segment, or the segment's base)."""
-    state = ProducerStateManager()
-    found = []
     table = segment.to_table().select(PRODUCER_COLUMNS)
-    for aborted in state.apply(table):
-        found.append(aborted)
+    found = ProducerStateManager().apply(table)
     markers = table.filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
     known = {a.last_offset for a in found}
     pairs = zip(markers.column("offset").to_pylist(), markers.column("producer_id").to_pylist(), strict=True)

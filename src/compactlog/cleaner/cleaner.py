@@ -107,8 +107,9 @@ def partition_state(store: Store, log: Log, checkpoints: dict[TopicPartition, in
         log_start_offset=segments[0].base_offset, log_end_offset=segments[-1].next_offset,
         last_stable_offset=last_stable_offset(store, log, segments[-1].next_offset),
         checkpoint=checkpoints.get((log.topic, log.partition)),
-        policy=CleaningPolicy.from_topic_config(config),
-        uncleanable_reason=store.cleaner_state.uncleanable.get((log.topic, log.partition)))
+        # No uncleanable_reason: compactlog retries uncleanable partitions on every pass (Kafka needs a
+        # restart), so the planner never skips them for it.
+        policy=CleaningPolicy.from_topic_config(config))
 
 
 def last_stable_offset(store: Store, log: Log, log_end_offset: int) -> int:
@@ -155,8 +156,7 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
             report.rolled.append((log.topic, log.partition))
     checkpoints = store.checkpoint.read()
     states = [partition_state(store, log, checkpoints) for log in logs]
-    selection = select_logs(
-        [s if s.uncleanable_reason is None else _retry(s) for s in states], now, force=force)
+    selection = select_logs(states, now, force=force)
     if selection.checkpoint_resets:
         store.checkpoint.update(add=selection.checkpoint_resets)
     report.skipped.update(selection.skipped)
@@ -196,13 +196,6 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
             if freed:
                 report.retention_bytes_removed[(log.topic, log.partition)] = freed
     return report
-
-
-def _retry(state: PartitionState) -> PartitionState:
-    """Uncleanable partitions are retried every pass (Kafka needs a restart)."""
-    from dataclasses import replace
-
-    return replace(state, uncleanable_reason=None)
 
 
 def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanTask, dict[int, int]]:
@@ -284,15 +277,6 @@ def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, exe
         except Exception as e:
             discard(results)
             yield ltc, e
-
-
-def clean_partition(store: Store, log: Log, ltc: LogToClean, now: int, executor: Any = None,
-                    hook: SwapHook | None = None) -> PartitionCleanReport:
-    """One round on one partition (its cleaner lock held): kernel, swap, then checkpoint."""
-    ((_, outcome),) = run_rounds(store, [(ltc, log)], now, executor, hook)
-    if isinstance(outcome, Exception):
-        raise outcome
-    return outcome
 
 
 def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, results: list[GroupResult],
