@@ -30,11 +30,13 @@ ready to replace old segments), ``.deleted`` (replaced, awaiting ``file.delete.d
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +86,11 @@ _ALL_COLUMNS = (1 << len(SCHEMA)) - 1
 _stored_schemas: dict[int, tuple[pa.Schema, list[int]]] = {}
 
 ROW_GROUP_ROWS = 131072
+# Parquet writer settings. Statistics only where readers prune by them (offset and timestamp ranges, key
+# lookups by other engines); dictionary pages only for columns that are mostly constant. Offsets, keys and
+# values of a compacted segment are nearly all distinct, so a dictionary there is built only to be dropped.
+STATISTICS_COLUMNS = ["offset", "timestamp", "key"]
+DICTIONARY_COLUMNS = [name for name in SCHEMA.names if name not in ("offset", "key", "value")]
 _META_PREFIX = b"compactlog."
 _ABORTED_KEY = b"compactlog.aborted"  # JSON [[producer id, first offset, marker offset], ...]
 
@@ -511,7 +518,7 @@ class SegmentWriter:
     """Streams rows into a new sealed segment at ``path`` (a temporary name the caller renames later).
     The footer metadata is written by :meth:`close`, which also fsyncs the file."""
 
-    def __init__(self, path: str, base_offset: int, compression: str = "snappy") -> None:
+    def __init__(self, path: str, base_offset: int, compression: str = "snappy", background: bool = False) -> None:
         self.path = path
         self.base_offset = base_offset
         self.record_count = 0
@@ -519,10 +526,15 @@ class SegmentWriter:
         self.first_timestamp = -1
         self.max_timestamp = -1
         self.bytes_written = 0
-        self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_statistics=True)
+        self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_statistics=STATISTICS_COLUMNS,
+                                        use_dictionary=DICTIONARY_COLUMNS)
         # Small writes (a cleaner filters row group by row group) are gathered into full row groups.
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        # background=True encodes and writes each row group on a thread of its own while the caller prepares
+        # the next one (at most one row group in flight).
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="compactlog-write") if background else None
+        self._in_flight: Future[None] | None = None
 
     def write(self, rows: pa.Table | pa.RecordBatch) -> None:
         if rows.num_rows == 0:
@@ -544,11 +556,29 @@ class SegmentWriter:
     def _write_pending(self) -> None:
         if self._pending:
             table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
-            self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             self._pending, self._pending_rows = [], 0
+            if self._encoder is None:
+                self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                return
+            self._wait()
+            self._in_flight = self._encoder.submit(self._writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()
+
+    def _stop(self) -> None:
+        if self._encoder is not None:
+            try:
+                self._wait()
+            finally:
+                self._encoder.shutdown()
+                self._encoder = None
 
     def close(self, next_offset: int, aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
         self._write_pending()
+        self._stop()
         metadata = {
             "base_offset": self.base_offset, "next_offset": next_offset, "record_count": self.record_count,
             "control_count": self.control_count, "first_timestamp": self.first_timestamp,
@@ -566,6 +596,8 @@ class SegmentWriter:
 
     def abort(self) -> None:
         try:
+            with contextlib.suppress(Exception):
+                self._stop()
             self._writer.close()
         finally:
             if os.path.exists(self.path):

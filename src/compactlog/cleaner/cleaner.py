@@ -53,6 +53,7 @@ from .plan import (
     select_logs,
 )
 from .plan import cleaner_metrics as metrics_from_stats
+from .single_pass import clean_newest_first
 from .swap import SwapHook, discard, replace_segments
 
 if TYPE_CHECKING:
@@ -222,9 +223,13 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
 
 
 def run_in_process(task: CleanTask) -> tuple[MapResult, list[GroupResult]]:
-    """The kernel in this process: map, then every group, one after another. Between steps the memory
-    pool hands freed memory back, so the round's footprint is its largest step, not the sum of its steps."""
+    """The kernel in this process: in one read when the dirty section's keys fit the offset map
+    (:mod:`.single_pass`), else map, then every group, one after another. Between steps the memory pool
+    hands freed memory back, so the round's footprint is its largest step, not the sum of its steps."""
     pool = pa.default_memory_pool()
+    one_read = clean_newest_first(task)
+    if one_read is not None:
+        return one_read
     mapped = build_offset_map(task)
     pool.release_unused()
     results: list[GroupResult] = []

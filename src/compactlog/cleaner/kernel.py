@@ -19,7 +19,8 @@ dedupe buffer plus one segment. The same functions run in process and inside Spa
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -36,6 +37,10 @@ from .plan import SegmentStats, group_segments_by_size
 
 # Segments of at most this many bytes have their keys looked up in the offset map in one hash pass of it.
 LOOKUP_BATCH_SEGMENT_BYTES = 256 * 1024 * 1024
+# Records enter the offset map in batches of about log.cleaner.dedupe.buffer.size / MAP_BATCH_FRACTION bytes
+# of keys and offsets (the grouping's working memory is a small multiple of a batch).
+MAP_BATCH_FRACTION = 4
+MAP_READ_AHEAD = 8  # row groups of keys and offsets read ahead while a batch is being put into the map
 
 
 @dataclass(frozen=True)
@@ -145,64 +150,84 @@ def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, n
 def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
     """Phase 1: the offset map over the dirty section, until it fills.
 
-    Segments' key columns are gathered into chunks of at most the dedupe buffer's size and each chunk is
-    hashed in one pass (hashing the map again for every segment would cost a pass over the map each time).
+    The dirty segments' keys are read row group by row group (the next one read in the background) and put
+    into the map in batches of about a quarter of the dedupe buffer: a batch is grouped together with the
+    map's own keys, so fewer, larger batches cost fewer passes over the map, and smaller ones less memory.
     """
     offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
     result = MapResult(offset_map, task.first_dirty_offset)
     dirty = task.dirty_segments()
+    batch_limit = max(task.dedupe_buffer_bytes // MAP_BATCH_FRACTION, 1)
+    # (segment, index of the row group's first row, eligible rows, their keys, their offsets)
     pending: list[tuple[SegmentFile, int, np.ndarray, pa.Array, np.ndarray]] = []
     pending_bytes = 0
+    read_to: dict[int, int] = {}  # segment base -> rows read so far, for segments read to their end
 
     def flush() -> int | None:
-        """Put the pending segments' records into the map; the offset where it filled, if it did."""
+        """Put the pending records into the map; the offset where it filled, if it did."""
         nonlocal pending_bytes
         if not pending:
             return None
         offsets = np.concatenate([p[4] for p in pending]) if len(pending) > 1 else pending[0][4]
         entries, full_at = offset_map.put_records([p[3] for p in pending], offsets)
         start = 0
-        for segment, rows, positions, chunk_keys, _ in pending:
+        for segment, first_row, positions, chunk_keys, _ in pending:
             count = len(chunk_keys)
-            if keep_entries and segment.base_offset >= task.first_dirty_offset:
-                if count == rows:  # every row entered the map
-                    result.entries[segment.base_offset] = entries[start:start + count]
-                else:
-                    row_entries = np.full(rows, -1, dtype=np.int32)
-                    row_entries[positions] = entries[start:start + count]
-                    result.entries[segment.base_offset] = row_entries
+            segment_entries = result.entries.get(segment.base_offset)
+            if segment_entries is not None:
+                segment_entries[first_row + positions] = entries[start:start + count]
             start += count
-            if full_at is None:
-                # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
-                offset_map.update_latest_offset(min(segment.next_offset, task.first_uncleanable_offset) - 1)
         pending.clear()
         pending_bytes = 0
         return full_at
 
     full_at: int | None = None
-    for segment in dirty:
-        table = pq.read_table(segment.path, columns=map_columns(task, segment))
+    current: SegmentFile | None = None
+    for segment, first_row, table in prefetched(dirty, lambda s: map_columns(task, s), MAP_READ_AHEAD):
+        if segment is not current:
+            if current is not None and full_at is None:
+                # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
+                read_to[current.base_offset] = -1
+            current = segment
+            result.bytes_read += segment.size_bytes
+            if keep_entries and segment.base_offset >= task.first_dirty_offset:
+                # A segment that starts below the dirty section has clean rows the map has not seen: the
+                # rewrite looks its keys up instead.
+                result.entries[segment.base_offset] = np.full(segment.record_count, -1, dtype=np.int32)
         result.records_read += table.num_rows
-        result.bytes_read += segment.size_bytes
         offsets, keys, eligible = _map_rows(table, task)
         positions = np.flatnonzero(eligible)
         every_row = len(positions) == len(offsets)
         chunk_keys = keys if every_row else keys.take(pa.array(positions))
         chunk_bytes = chunk_keys.nbytes + 8 * len(positions)
-        if pending and pending_bytes + chunk_bytes > task.dedupe_buffer_bytes // 2:
+        if pending and pending_bytes + chunk_bytes > batch_limit:
             full_at = flush()
             if full_at is not None:
                 break
-        pending.append((segment, len(offsets), positions, chunk_keys, offsets if every_row else offsets[positions]))
+            _mapped_to_end(offset_map, task, dirty, read_to)
+        pending.append((segment, first_row, positions, chunk_keys, offsets if every_row else offsets[positions]))
         pending_bytes += chunk_bytes
     if full_at is None:
+        if current is not None:
+            read_to[current.base_offset] = -1
         full_at = flush()
     if full_at is not None:
         offset_map.update_latest_offset(full_at - 1)
         result.end_offset = full_at
         return result
+    _mapped_to_end(offset_map, task, dirty, read_to)
     result.end_offset = offset_map.latest_offset + 1 if dirty else task.first_dirty_offset
     return result
+
+
+def _mapped_to_end(offset_map: OffsetMap, task: CleanTask, dirty: Sequence[SegmentFile],
+                   read_to: dict[int, int]) -> None:
+    """Advance the map's latest offset over the tails of segments whose records are all in the map."""
+    for segment in dirty:
+        if segment.base_offset in read_to:
+            offset_map.update_latest_offset(
+                max(offset_map.latest_offset, min(segment.next_offset, task.first_uncleanable_offset) - 1))
+    read_to.clear()
 
 
 @dataclass
@@ -273,31 +298,51 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
     keys = table.column("key")
     control_type = table.column("control_type").to_numpy()
     control = control_type != CONTROL_NONE
-    keyless = np.asarray(keys.is_null(), dtype=bool)
+    has_control = bool(control.any())
+    keyless = _nulls(keys)
     if entries is not None and len(offset_map) == 0:
         found = np.full(len(offsets), -1, dtype=np.int64)
     elif entries is not None:
-        found = np.where(entries >= 0, offset_map.offsets[np.maximum(entries, 0)], -1)
+        found = offset_map.offsets[entries]
+        found[entries < 0] = -1
     else:
         found = offset_map.lookup(keys)
-    tombstone = np.asarray(table.column("value").is_null(), dtype=bool) & ~control
+    keep = offsets >= found  # the newest record of its key in the map, or a key the map does not hold
+    values = table.column("value")
     horizon = table.column("delete_horizon_ms").to_numpy()
-    retain_deletes = (horizon == NO_DELETE_HORIZON) | (task.now_ms < horizon)
+    stamped = horizon != NO_DELETE_HORIZON
+    retain_deletes = ~stamped | (task.now_ms < horizon) if stamped.any() else None
+    if values.null_count and retain_deletes is not None:
+        tombstone = np.asarray(values.is_null(), dtype=bool)
+        if has_control:
+            tombstone &= ~control
+        keep &= ~tombstone | retain_deletes
+    if keyless is not None:
+        keep &= ~keyless
     beyond_map = offsets > offset_map.latest_offset
-    keep_keyed = (offsets >= found) & (~tombstone | retain_deletes)
-    data = ~control
-    marker = (control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT)
-    keep_marker = marker & (retain_deletes | _isin(offsets, task.markers_with_data))
-    keep_empty = (control_type == CONTROL_EMPTY_BATCH) & _isin(offsets, task.producer_last_offsets)
-    other_control = control & ~marker & (control_type != CONTROL_EMPTY_BATCH)
-    keep = keep_marker | keep_empty | other_control | beyond_map | (data & ~keyless & keep_keyed)
-    invalid = int(np.count_nonzero(data & keyless & ~beyond_map))
+    keep |= beyond_map
+    data_keyless = keyless if keyless is not None else np.zeros(len(offsets), dtype=bool)
+    if has_control:
+        data_keyless = data_keyless & ~control
+        keep &= ~control  # data rows decided above; control rows by their own rules below
+        marker = (control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT)
+        unstamped_or_live = retain_deletes if retain_deletes is not None else np.ones(len(offsets), dtype=bool)
+        keep |= marker & (unstamped_or_live | _isin(offsets, task.markers_with_data))
+        keep |= (control_type == CONTROL_EMPTY_BATCH) & _isin(offsets, task.producer_last_offsets)
+        keep |= control & ~marker & (control_type != CONTROL_EMPTY_BATCH)
+        keep |= control & beyond_map
+    invalid = int(np.count_nonzero(data_keyless & ~beyond_map))
     if task.aborted:
         aborted = aborted_mask(offsets, table.column("producer_id").to_numpy(),
                                table.column("is_transactional").to_numpy(zero_copy_only=False), control,
                                task.aborted)
         keep &= ~aborted
     return keep, invalid
+
+
+def _nulls(column: pa.ChunkedArray) -> np.ndarray | None:
+    """Which rows are null; None when none are."""
+    return np.asarray(column.is_null(), dtype=bool) if column.null_count else None
 
 
 def _isin(offsets: np.ndarray, wanted: frozenset[int]) -> np.ndarray:
@@ -382,8 +427,7 @@ def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[
     if not chunks or len(offset_map.keys) == 0:
         return {s.base_offset: np.full(len(c), -1, dtype=np.int32)
                 for s, c in zip(segments, columns, strict=True)}
-    found = pc.index_in(pa.chunked_array(chunks, pa.binary()), value_set=offset_map.keys)
-    positions = pc.fill_null(found, -1).to_numpy().astype(np.int32, copy=False)
+    positions = offset_map.entries_of(chunks)
     entries: dict[int, np.ndarray] = {}
     start = 0
     for segment, column in zip(segments, columns, strict=True):
@@ -399,7 +443,7 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
     cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
     if os.path.exists(cleaned):
         os.unlink(cleaned)
-    writer = SegmentWriter(cleaned, base, task.compression)
+    writer = SegmentWriter(cleaned, base, task.compression, background=True)
     read = written = invalid = stamped = bytes_read = 0
     kept_markers: set[int] = set()
     try:
@@ -409,23 +453,13 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
             segment_entries = (entries or {}).get(segment.base_offset)
             if segment_entries is not None:
                 segment_entries = segment_entries[first_row:first_row + table.num_rows]
-            keep, dropped_invalid = retain_mask(table, task, offset_map, segment_entries)
-            invalid += dropped_invalid
-            emptied = producer_last_rows(table, keep, task)
-            kept = table.filter(pa.array(keep)) if not keep.all() else table
-            if emptied is not None:
-                kept = pa.concat_tables([kept, emptied]).sort_by("offset")
-            kept, stamped_here = stamp_tombstones(kept, task.now_ms, task.delete_retention_ms,
-                                                  task.markers_with_data)
-            stamped += stamped_here
-            written += kept.num_rows
-            kept_markers.update(_kept_abort_markers(kept))
-            writer.write(kept)
-        # The transaction index keeps the aborted transactions whose ABORT marker stays beside records of
-        # its transaction read in this round (Kafka re-indexes only those).
-        index = [a for segment in group for a in segment.aborted
-                 if a.last_offset in kept_markers and a.last_offset in task.markers_with_data]
-        sealed = writer.close(group[-1].next_offset, index)
+            kept = rewrite_rows(task, table, offset_map, segment_entries)
+            invalid += kept.invalid
+            stamped += kept.stamped
+            written += kept.rows.num_rows
+            kept_markers.update(kept.abort_markers)
+            writer.write(kept.rows)
+        sealed = writer.close(group[-1].next_offset, aborted_index(task, group, kept_markers))
     except BaseException:
         writer.abort()
         raise
@@ -433,35 +467,76 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
                        bytes_read, sealed.meta.size_bytes, invalid, stamped)
 
 
+@dataclass(frozen=True)
+class KeptRows:
+    """What survives of some rows of a round: the rows (tombstones stamped), and what was counted."""
+
+    rows: pa.Table
+    invalid: int
+    stamped: int
+    abort_markers: list[int]
+
+
+def rewrite_rows(task: CleanTask, table: pa.Table, offset_map: OffsetMap, entries: np.ndarray | None) -> KeptRows:
+    """The rows of ``table`` (consecutive rows of a segment) that survive the round, as they are written."""
+    keep, invalid = retain_mask(table, task, offset_map, entries)
+    emptied = producer_last_rows(table, keep, task)
+    kept = table.filter(pa.array(keep)) if not keep.all() else table
+    if emptied is not None:
+        kept = pa.concat_tables([kept, emptied]).sort_by("offset")
+    kept, stamped = stamp_tombstones(kept, task.now_ms, task.delete_retention_ms, task.markers_with_data)
+    return KeptRows(kept, invalid, stamped, _kept_abort_markers(kept))
+
+
+def aborted_index(task: CleanTask, group: Sequence[SegmentFile], kept_markers: set[int]) -> list[AbortedTxn]:
+    """The transaction index of a cleaned group: the aborted transactions whose ABORT marker stays beside
+    records of its transaction read in this round (Kafka re-indexes only those)."""
+    return [a for segment in group for a in segment.aborted
+            if a.last_offset in kept_markers and a.last_offset in task.markers_with_data]
+
+
 def _kept_abort_markers(table: pa.Table) -> list[int]:
     markers = table.column("offset").filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
     return markers.to_pylist()
 
 
-def _row_groups(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, int, pq.ParquetFile, int]]:
-    for segment in segments:
+def _row_groups(segments: Sequence[SegmentFile], newest_first: bool = False
+                ) -> Iterator[tuple[SegmentFile, int, pq.ParquetFile, int]]:
+    for segment in reversed(segments) if newest_first else segments:
         file = pq.ParquetFile(segment.path)
-        first_row = 0
-        for index in range(file.metadata.num_row_groups):
-            yield segment, first_row, file, index
-            first_row += file.metadata.row_group(index).num_rows
+        starts = np.cumsum([0] + [file.metadata.row_group(i).num_rows for i in range(file.metadata.num_row_groups)])
+        indexes = range(file.metadata.num_row_groups)
+        for index in reversed(indexes) if newest_first else indexes:
+            yield segment, int(starts[index]), file, index
+        if file.metadata.num_row_groups == 0:
+            yield segment, 0, file, -1  # an emptied segment still passes by, as no rows
 
 
-def prefetched(segments: Sequence[SegmentFile]) -> Iterator[tuple[SegmentFile, int, pa.Table]]:
-    """Every row group of the segments as ``(segment, index of its first row, rows)``, the next one read on a
-    background thread while the caller works on the current one (decoding runs on Arrow's threads,
-    filtering and writing on the caller's). Memory stays at two row groups, whatever the segment size."""
+def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile], list[str]] | None = None,
+               ahead: int = 1, newest_first: bool = False) -> Iterator[tuple[SegmentFile, int, pa.Table]]:
+    """Every row group of the segments (all columns, or ``columns(segment)``; oldest first, or newest
+    first) as ``(segment, index of its first row, rows)``, up to ``ahead`` following ones read on a
+    background thread while the caller works on the current one (decoding runs on Arrow's threads, the
+    caller's work on its own). Memory stays at ``ahead + 1`` row groups, whatever the segment size."""
+
+    def read(item: tuple[SegmentFile, int, pq.ParquetFile, int]) -> pa.Table:
+        segment, _, file, index = item
+        names = columns(segment) if columns is not None else None
+        if index < 0:
+            empty = file.schema_arrow.empty_table()
+            return empty.select(names) if names is not None else empty
+        return file.read_row_group(index, columns=names)
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactlog-prefetch") as pool:
-        groups = _row_groups(segments)
-        current = next(groups, None)
-        pending: Future[pa.Table] | None = (
-            pool.submit(current[2].read_row_group, current[3]) if current is not None else None)
-        while current is not None and pending is not None:
-            table = pending.result()
-            following = next(groups, None)
-            pending = pool.submit(following[2].read_row_group, following[3]) if following is not None else None
-            yield current[0], current[1], table
-            current = following
+        queued: deque[tuple[tuple[SegmentFile, int, pq.ParquetFile, int], Future[pa.Table]]] = deque()
+        for item in _row_groups(segments, newest_first):
+            queued.append((item, pool.submit(read, item)))
+            if len(queued) > ahead:
+                done, table = queued.popleft()
+                yield done[0], done[1], table.result()
+        while queued:
+            done, table = queued.popleft()
+            yield done[0], done[1], table.result()
 
 
 def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int,

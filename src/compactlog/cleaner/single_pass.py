@@ -1,0 +1,216 @@
+"""The single-pass round: read newest first, decide each record as it is read.
+
+Kafka's cleaner reads the dirty section twice: once to build the offset map (oldest first, until the map
+fills), once more, with every other column, to rewrite the segments. When every key of the dirty section
+fits in the map, one read is enough, newest first: the first record of a key met is the key's newest, so
+by the time any record is reached the map already holds its key's newest offset, and the record rule
+(:func:`.kernel.retain_mask`) decides it there and then. The outcome is the two-pass round's, record for
+record: the same map, the same end offset (the end of the dirty section), the same rule.
+
+Order of work: the groups of a round (:func:`.kernel.groups_to_clean`) newest first, and in each group
+batches of row groups newest first. Each batch's records enter the map with :meth:`.OffsetMap.put_older`
+(records of the clean section, older than the whole dirty section, are only looked up). A batch's
+surviving rows are spilled to an unnamed temporary file (Arrow IPC, gone with the process if it dies); when
+the group is done they are read back oldest first into its ``.cleaned`` file.
+
+When the keys do not fit, the round is given up (its ``.cleaned`` files removed) and the caller runs the
+two-pass kernel, which fills the map oldest first as Kafka does and cleans as far as it reached. The map
+is full before anything is installed, so giving up loses nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import tempfile
+import threading
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from ..record import SCHEMA
+from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
+from .kernel import (
+    CleanTask,
+    GroupResult,
+    MapResult,
+    SegmentFile,
+    _map_rows,
+    aborted_index,
+    groups_to_clean,
+    prefetched,
+    rewrite_rows,
+)
+from .key_groups import KeyGroups, group_keys
+from .offset_map import OffsetMap
+
+T = TypeVar("T")
+
+BATCH_ROWS = 1 << 17  # rows of a group read together (newest first) and put into the map in one step
+
+
+class MapFull(Exception):
+    """The dirty section's keys do not fit in the offset map: the round needs the two-pass kernel."""
+
+
+def clean_newest_first(task: CleanTask) -> tuple[MapResult, list[GroupResult]] | None:
+    """The whole round in one read, or None (nothing written) when the dirty section's keys do not fit."""
+    dirty = task.dirty_segments()
+    if not dirty:
+        return None
+    end_offset = min(dirty[-1].next_offset, task.first_uncleanable_offset)
+    offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
+    # The map will cover the whole dirty section (or the round is given up): no record is beyond it.
+    offset_map.update_latest_offset(end_offset - 1)
+    results: list[GroupResult] = []
+    try:
+        for group in reversed(groups_to_clean(task, end_offset)):
+            results.append(_clean_group(task, group, offset_map))
+    except MapFull:
+        _discard(results)
+        return None
+    except BaseException:
+        _discard(results)
+        raise
+    results.reverse()
+    return MapResult(offset_map, end_offset), results
+
+
+def in_background(items: Iterator[T], depth: int = 1) -> Generator[T, None, None]:
+    """``items``, produced on a thread of their own while the consumer works on the previous one (numpy and
+    Arrow release the GIL, so the two overlap). At most ``depth`` items exist beyond the one the consumer
+    holds: the producer starts an item only when one is free. Stopping early stops the producer; its
+    exception is raised here."""
+    handoff: queue.Queue[tuple[bool, object]] = queue.Queue()
+    free = threading.Semaphore(depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while True:
+                free.acquire()
+                if stop.is_set():
+                    return
+                item = next(items, handoff)
+                if item is handoff:
+                    handoff.put((False, None))
+                    return
+                handoff.put((True, item))
+        except BaseException as e:  # handed to the consumer
+            handoff.put((False, e))
+
+    thread = threading.Thread(target=produce, name="compactlog-batches", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = handoff.get()
+            if not more:
+                if isinstance(item, BaseException):
+                    raise item
+                return
+            yield item  # type: ignore[misc]
+            del item
+            free.release()
+    finally:
+        stop.set()
+        free.release()
+        thread.join()
+
+
+def _discard(results: Sequence[GroupResult]) -> None:
+    for result in results:
+        if os.path.exists(result.cleaned_path):
+            os.unlink(result.cleaned_path)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Consecutive rows of a group, with what the map needs of them worked out ahead."""
+
+    table: pa.Table
+    offsets: np.ndarray
+    keys: pa.Array  # the keys of every row
+    positions: np.ndarray  # the rows that enter the map (keyed data records of the dirty section)
+    groups: KeyGroups | None  # those rows' keys grouped (None when there are none)
+
+
+def _batches(task: CleanTask, group: Sequence[SegmentFile]) -> Iterator[_Batch]:
+    """The group's rows newest first, as batches of about BATCH_ROWS consecutive rows in offset order."""
+    pending: list[pa.Table] = []
+    rows = 0
+
+    def batch() -> _Batch:
+        table = pa.concat_tables(reversed(pending))
+        offsets, keys, eligible = _map_rows(table, task)
+        positions = np.flatnonzero(eligible)
+        mapped = keys if len(positions) == len(offsets) else keys.take(pa.array(positions))
+        return _Batch(table, offsets, keys, positions, group_keys([mapped]) if len(positions) else None)
+
+    for _, _, table in prefetched(group, ahead=2, newest_first=True):
+        pending.append(table)
+        rows += table.num_rows
+        if rows >= BATCH_ROWS:
+            yield batch()
+            pending, rows = [], 0
+    if pending:
+        yield batch()
+
+
+def _entries(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarray:
+    """Each row's entry in the map, after the batch's dirty records have joined it (-1: none)."""
+    offsets, keys, positions = batch.offsets, batch.keys, batch.positions
+    entries = np.full(len(offsets), -1, dtype=np.int32)
+    if len(positions):
+        every_row = len(positions) == len(offsets)
+        added = offset_map.put_older(keys if every_row else keys.take(pa.array(positions)), offsets[positions],
+                                     batch.groups)
+        if added is None:
+            raise MapFull
+        entries[positions] = added
+    # Keyed records of the clean section (older than every dirty record): looked up, never added.
+    clean = np.flatnonzero((offsets < task.first_dirty_offset) & ~np.asarray(keys.is_null(), dtype=bool))
+    if len(clean) and len(offset_map):
+        entries[clean] = offset_map.entries_of(keys.take(pa.array(clean)))
+    return entries
+
+
+def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap) -> GroupResult:
+    base = group[0].base_offset
+    cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
+    if os.path.exists(cleaned):
+        os.unlink(cleaned)
+    read = written = invalid = stamped = 0
+    kept_markers: set[int] = set()
+    spans: list[tuple[int, int]] = []  # the spilled record batches of each batch of the group, newest first
+    with tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-") as spill:
+        with pa.ipc.new_file(spill, SCHEMA) as sink, contextlib.ExitStack() as stack:
+            batches = stack.enter_context(contextlib.closing(in_background(_batches(task, group))))
+            for batch in batches:
+                read += batch.table.num_rows
+                kept = rewrite_rows(task, batch.table, offset_map, _entries(task, batch, offset_map))
+                invalid += kept.invalid
+                stamped += kept.stamped
+                written += kept.rows.num_rows
+                kept_markers.update(kept.abort_markers)
+                if kept.rows.num_rows:
+                    batches = (kept.rows.cast(SCHEMA) if kept.rows.schema != SCHEMA else kept.rows).to_batches()
+                    spans.append((sum(count for _, count in spans), len(batches)))
+                    for batch in batches:
+                        sink.write_batch(batch)
+        spill.seek(0)
+        spilled = pa.ipc.open_file(spill)
+        writer = SegmentWriter(cleaned, base, task.compression, background=True)
+        try:
+            for first, count in reversed(spans):
+                for index in range(first, first + count):
+                    writer.write(spilled.get_batch(index))
+            sealed = writer.close(group[-1].next_offset, aborted_index(task, group, kept_markers))
+        except BaseException:
+            writer.abort()
+            raise
+    return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), read, written,
+                       sum(s.size_bytes for s in group), sealed.meta.size_bytes, invalid, stamped)
