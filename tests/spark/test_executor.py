@@ -86,7 +86,9 @@ def test_several_partitions_in_one_pass_match_the_in_process_kernel(store: compa
         assert (mapped.offset_map.used_bytes, mapped.offset_map.latest_offset) == (
             reference_map.offset_map.used_bytes, reference_map.offset_map.latest_offset)
         if split_policy == "always":
-            assert mapped.offset_map.to_table().equals(reference_map.offset_map.to_table())
+            # The same keys and offsets (in another entry order: the in-process round fills it newest first).
+            assert mapped.offset_map.to_table().sort_by("key").equals(
+                reference_map.offset_map.to_table().sort_by("key"))
         assert [(r.base_offset, r.next_offset, r.source_bases, r.records_written) for r in results] == [
             (r.base_offset, r.next_offset, r.source_bases, r.records_written) for r in reference_results]
         assert [t.equals(e) for t, e in zip(written, expected, strict=True)] == [True] * len(expected)
