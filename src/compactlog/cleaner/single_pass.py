@@ -26,8 +26,9 @@ import queue
 import tempfile
 import threading
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import IO, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +59,10 @@ class MapFull(Exception):
 
 
 def clean_newest_first(task: CleanTask) -> tuple[MapResult, list[GroupResult]] | None:
-    """The whole round in one read, or None (nothing written) when the dirty section's keys do not fit."""
+    """The whole round in one read, or None (nothing written) when the dirty section's keys do not fit.
+
+    A group's spilled rows are written to its ``.cleaned`` file on a thread of its own while the next
+    (older) group is read."""
     dirty = task.dirty_segments()
     if not dirty:
         return None
@@ -66,18 +70,25 @@ def clean_newest_first(task: CleanTask) -> tuple[MapResult, list[GroupResult]] |
     offset_map = OffsetMap(task.map_capacity_bytes, task.dedupe_buffer_bytes)
     # The map will cover the whole dirty section (or the round is given up): no record is beyond it.
     offset_map.update_latest_offset(end_offset - 1)
-    results: list[GroupResult] = []
-    try:
-        for group in reversed(groups_to_clean(task, end_offset)):
-            results.append(_clean_group(task, group, offset_map))
-    except MapFull:
-        _discard(results)
-        return None
-    except BaseException:
-        _discard(results)
-        raise
-    results.reverse()
+    written: list[Future[GroupResult]] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="compactlog-finish") as finisher:
+        try:
+            for group in reversed(groups_to_clean(task, end_offset)):
+                spilled = _spill_group(task, group, offset_map)
+                written.append(finisher.submit(_write_group, task, group, spilled))
+            results = [future.result() for future in reversed(written)]
+        except MapFull:
+            _discard(_finished(written))
+            return None
+        except BaseException:
+            _discard(_finished(written))
+            raise
     return MapResult(offset_map, end_offset), results
+
+
+def _finished(futures: Sequence[Future[GroupResult]]) -> list[GroupResult]:
+    """The groups written without error, once every write has ended."""
+    return [future.result() for future in futures if future.exception() is None]
 
 
 def in_background(items: Iterator[T], depth: int = 1) -> Generator[T, None, None]:
@@ -178,39 +189,61 @@ def _entries(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarra
     return entries
 
 
-def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap) -> GroupResult:
+@dataclass
+class _Spilled:
+    """A group's surviving rows in an unnamed temporary file, newest batch first, and their counts."""
+
+    file: IO[bytes]
+    spans: list[tuple[int, int]]  # (first record batch, count) of each batch of the group, newest first
+    read: int = 0
+    written: int = 0
+    invalid: int = 0
+    stamped: int = 0
+    abort_markers: set[int] = field(default_factory=set)
+
+
+def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap) -> _Spilled:
+    # The file passes to _write_group, which closes it (or it is closed here on failure).
+    spilled = _Spilled(tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-"), [])  # noqa: SIM115
+    try:
+        with pa.ipc.new_file(spilled.file, SCHEMA) as sink, \
+                contextlib.closing(in_background(_batches(task, group))) as batches:
+            for batch in batches:
+                spilled.read += batch.table.num_rows
+                kept = rewrite_rows(task, batch.table, offset_map, _entries(task, batch, offset_map))
+                spilled.invalid += kept.invalid
+                spilled.stamped += kept.stamped
+                spilled.written += kept.rows.num_rows
+                spilled.abort_markers.update(kept.abort_markers)
+                if kept.rows.num_rows:
+                    record_batches = (kept.rows.cast(SCHEMA) if kept.rows.schema != SCHEMA else kept.rows).to_batches()
+                    spilled.spans.append((sum(count for _, count in spilled.spans), len(record_batches)))
+                    for record_batch in record_batches:
+                        sink.write_batch(record_batch)
+    except BaseException:
+        spilled.file.close()
+        raise
+    return spilled
+
+
+def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled) -> GroupResult:
+    """Write a group's spilled rows, oldest first, to ``<first base>.parquet.cleaned`` (fsynced)."""
     base = group[0].base_offset
     cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
-    if os.path.exists(cleaned):
-        os.unlink(cleaned)
-    read = written = invalid = stamped = 0
-    kept_markers: set[int] = set()
-    spans: list[tuple[int, int]] = []  # the spilled record batches of each batch of the group, newest first
-    with tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-") as spill:
-        with pa.ipc.new_file(spill, SCHEMA) as sink, contextlib.ExitStack() as stack:
-            batches = stack.enter_context(contextlib.closing(in_background(_batches(task, group))))
-            for batch in batches:
-                read += batch.table.num_rows
-                kept = rewrite_rows(task, batch.table, offset_map, _entries(task, batch, offset_map))
-                invalid += kept.invalid
-                stamped += kept.stamped
-                written += kept.rows.num_rows
-                kept_markers.update(kept.abort_markers)
-                if kept.rows.num_rows:
-                    batches = (kept.rows.cast(SCHEMA) if kept.rows.schema != SCHEMA else kept.rows).to_batches()
-                    spans.append((sum(count for _, count in spans), len(batches)))
-                    for batch in batches:
-                        sink.write_batch(batch)
-        spill.seek(0)
-        spilled = pa.ipc.open_file(spill)
+    with spilled.file:
+        if os.path.exists(cleaned):
+            os.unlink(cleaned)
+        spilled.file.seek(0)
+        reader = pa.ipc.open_file(spilled.file)
         writer = SegmentWriter(cleaned, base, task.compression, background=True)
         try:
-            for first, count in reversed(spans):
+            for first, count in reversed(spilled.spans):
                 for index in range(first, first + count):
-                    writer.write(spilled.get_batch(index))
-            sealed = writer.close(group[-1].next_offset, aborted_index(task, group, kept_markers))
+                    writer.write(reader.get_batch(index))
+            sealed = writer.close(group[-1].next_offset, aborted_index(task, group, spilled.abort_markers))
         except BaseException:
             writer.abort()
             raise
-    return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), read, written,
-                       sum(s.size_bytes for s in group), sealed.meta.size_bytes, invalid, stamped)
+    return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), spilled.read,
+                       spilled.written, sum(s.size_bytes for s in group), sealed.meta.size_bytes, spilled.invalid,
+                       spilled.stamped)
