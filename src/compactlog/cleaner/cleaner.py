@@ -7,8 +7,9 @@ A pass (:func:`clean`):
    superseded values forever) and removes replaced files whose ``file.delete.delay.ms`` has passed;
 2. plans (:func:`.plan.select_logs`): the cleanable range of every compacted partition, its dirty ratio and
    compaction delay, and which are eligible, filthiest first, with the reason for every other one;
-3. cleans each eligible partition: the kernel builds the offset map and writes cleaned groups
-   (:mod:`.kernel`, in process or on Spark executors), the swap installs them (:mod:`.swap`), and only
+3. cleans each eligible partition: the kernel builds the offset map and writes cleaned groups (in one
+   read, newest first, when the dirty section's keys fit the map, :mod:`.single_pass`; else in two,
+   :mod:`.kernel`; in process or on Spark executors), the swap installs them (:mod:`.swap`), and only
    then the checkpoint advances to the round's end offset;
 4. applies retention to compacted partitions (segments below the log start; and ``retention.ms`` /
    ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.

@@ -12,8 +12,13 @@ round's clock reading), the kernel
    segments (:func:`.plan.group_segments_by_size`) to one ``<first base>.parquet.cleaned`` file.
 
 It never touches the live segment set: :mod:`.swap` installs its output under the partition lock. Every
-step works on one segment (or a bounded batch of key columns) at a time, so memory stays within the
-dedupe buffer plus one segment. The same functions run in process and inside Spark tasks.
+step works on one row group (or a bounded batch of key columns) at a time, so memory stays within the
+dedupe buffer plus a few row groups. The same functions run in process and inside Spark tasks.
+
+This is Kafka's two-pass round. When the dirty section's keys fit the map, :mod:`.single_pass` gets the
+same result in one read; the two passes run when they do not (the map fills oldest first and the round
+cleans as far as it reached) and in Spark's split rounds (map and rewrite on different executors). The
+record rule, the tombstone stamp and the group writer here serve both.
 """
 
 from __future__ import annotations

@@ -247,6 +247,7 @@ class OffsetMap:
             hit[hit] = hashes[at[hit]] == needles[hit]
             candidates, found = pending[hit], slots[at[hit]]
             same = self._same_keys(batch, candidates, found)
+            batch.shares_a_hash = batch.shares_a_hash or not same.all()
             entry[candidates[same]] = found[same]
             unmatched.append(candidates[~same])
             pending = pending[~hit]
@@ -286,7 +287,7 @@ class OffsetMap:
         by_hash = by_hash[np.argsort(batch.hashes[by_hash], kind="stable")]
         slot_of = np.empty(len(batch), dtype=np.int64)
         slot_of[new] = np.arange(m, m + len(new))
-        self._index_add(batch.hashes[by_hash], slot_of[by_hash])
+        self._index_add(batch.hashes[by_hash], slot_of[by_hash], batch.shares_a_hash)
         if batch.width is not None and (m == 0 or batch.width == self._width):
             if m == 0:
                 self._width = batch.width
@@ -304,15 +305,11 @@ class OffsetMap:
         self._count += len(new)
         self.used_bytes += int(sizes.sum())
 
-    def _index_add(self, hashes: np.ndarray, slots: np.ndarray) -> None:
-        """Add a run of ascending ``hashes`` (with their entries) to the index."""
-        if not self._shared_hashes:
-            clash = bool(np.any(hashes[1:] == hashes[:-1]))
-            for run, _ in self._runs:
-                at = np.searchsorted(run, hashes)
-                inside = at < len(run)
-                clash = clash or bool(np.any(run[at[inside]] == hashes[inside]))
-            self._shared_hashes = clash
+    def _index_add(self, hashes: np.ndarray, slots: np.ndarray, shares_a_hash: bool) -> None:
+        """Add a run of ascending ``hashes`` (with their entries) to the index. ``shares_a_hash``: a key
+        of the batch they come from had the hash of another key already in the map (seen by :meth:`_find`,
+        which looked every new key's hash up)."""
+        self._shared_hashes = self._shared_hashes or shares_a_hash or bool(np.any(hashes[1:] == hashes[:-1]))
         self._runs.append((hashes, slots))
         while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
             newer = self._runs.pop()
@@ -379,6 +376,7 @@ class _Batch:
     def __init__(self, hashes: np.ndarray, width: int | None, words: tuple[np.ndarray, ...],
                  keys: pa.Array | None) -> None:
         self.hashes = hashes
+        self.shares_a_hash = False  # one of these keys has the hash of another key of the map
         self.width = width
         self.words = words
         self._keys = keys
