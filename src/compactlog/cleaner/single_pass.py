@@ -203,14 +203,20 @@ class _Spilled:
 
 
 def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap) -> _Spilled:
+    """Read the group newest first and spill what survives. Three threads share the work of a batch: one
+    prepares it (reads, groups its keys), this one puts it into the map, and a third decides and spills
+    its rows while this one maps the next batch (the map only grows, and entries it has given out keep
+    their offsets, so deciding a batch needs nothing of the batches after it)."""
     # The file passes to _write_group, which closes it (or it is closed here on failure).
     spilled = _Spilled(tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-"), [])  # noqa: SIM115
     try:
         with pa.ipc.new_file(spilled.file, SCHEMA) as sink, \
+                ThreadPoolExecutor(1, thread_name_prefix="compactlog-rewrite") as rewriter, \
                 contextlib.closing(in_background(_batches(task, group))) as batches:
-            for batch in batches:
+
+            def rewrite(batch: _Batch, entries: np.ndarray) -> None:
                 spilled.read += batch.table.num_rows
-                kept = rewrite_rows(task, batch.table, offset_map, _entries(task, batch, offset_map))
+                kept = rewrite_rows(task, batch.table, offset_map, entries)
                 spilled.invalid += kept.invalid
                 spilled.stamped += kept.stamped
                 spilled.written += kept.rows.num_rows
@@ -220,6 +226,18 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
                     spilled.spans.append((sum(count for _, count in spilled.spans), len(record_batches)))
                     for record_batch in record_batches:
                         sink.write_batch(record_batch)
+
+            in_flight: Future[None] | None = None
+            try:
+                for batch in batches:
+                    entries = _entries(task, batch, offset_map)
+                    if in_flight is not None:
+                        in_flight.result()
+                    in_flight = rewriter.submit(rewrite, batch, entries)
+                    del batch
+            finally:
+                if in_flight is not None:
+                    in_flight.result()
     except BaseException:
         spilled.file.close()
         raise
