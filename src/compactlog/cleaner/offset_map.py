@@ -100,7 +100,10 @@ class OffsetMap:
         needed = self._count + extra
         if needed <= len(self._offsets):
             return
-        size = max(needed, 2 * len(self._offsets), 1024)
+        # The most entries the capacity allows: reserving them costs address space, not memory, until
+        # they are written (and saves copying the buffers as they grow).
+        most = self.capacity_bytes // (ENTRY_OVERHEAD_BYTES + max(self._width or 0, 1))
+        size = max(needed, min(most, 1 << 26), 2 * len(self._offsets), 1024)
         self._offsets = _grown(self._offsets, size, self._count)
         self._words = tuple(_grown(word, size, self._count) for word in self._words)
 
@@ -234,9 +237,9 @@ class OffsetMap:
         entry = np.full(len(batch), -1, dtype=np.int64)
         if len(self) == 0 or len(batch) == 0:
             return entry
-        # Ascending needles make a binary search walk the index once; a batch's groups come nearly in
-        # hash order, which a stable sort finishes quickly.
-        pending = np.argsort(batch.hashes, kind="stable")
+        # Ascending needles make a binary search walk the index once. A batch grouped by key_groups is
+        # already in hash order (but for ties of the truncated hash), so it is searched as it comes.
+        pending = np.arange(len(batch)) if batch.hash_ordered else np.argsort(batch.hashes)
         unmatched: list[np.ndarray] = []
         for hashes, slots in self._runs:
             if not len(pending):
@@ -376,6 +379,7 @@ class _Batch:
     def __init__(self, hashes: np.ndarray, width: int | None, words: tuple[np.ndarray, ...],
                  keys: pa.Array | None) -> None:
         self.hashes = hashes
+        self.hash_ordered = False  # the keys come (nearly) in hash order
         self.shares_a_hash = False  # one of these keys has the hash of another key of the map
         self.width = width
         self.words = words
@@ -388,7 +392,9 @@ class _Batch:
     def of(cls, groups: KeyGroups, chunks: Sequence[pa.Array], as_words: bool) -> _Batch:
         """The distinct keys of grouped records (each group's first record's key)."""
         if as_words and groups.width is not None:
-            return cls(hash_words(groups.words, groups.width, len(groups)), groups.width, groups.words, None)
+            batch = cls(hash_words(groups.words, groups.width, len(groups)), groups.width, groups.words, None)
+            batch.hash_ordered = True
+            return batch
         keys = _take(chunks, groups.first_rows)
         return cls(hash_keys([keys]), None, (), keys)
 
