@@ -326,9 +326,7 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
         keep &= ~keyless
     beyond_map = offsets > offset_map.latest_offset
     keep |= beyond_map
-    data_keyless = keyless if keyless is not None else np.zeros(len(offsets), dtype=bool)
     if has_control:
-        data_keyless = data_keyless & ~control
         keep &= ~control  # data rows decided above; control rows by their own rules below
         marker = (control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT)
         unstamped_or_live = retain_deletes if retain_deletes is not None else np.ones(len(offsets), dtype=bool)
@@ -336,7 +334,8 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
         keep |= (control_type == CONTROL_EMPTY_BATCH) & _isin(offsets, task.producer_last_offsets)
         keep |= control & ~marker & (control_type != CONTROL_EMPTY_BATCH)
         keep |= control & beyond_map
-    invalid = int(np.count_nonzero(data_keyless & ~beyond_map))
+    # Keyless data records (not control rows) that the round removes.
+    invalid = 0 if keyless is None else int(np.count_nonzero(keyless & ~control & ~beyond_map))
     if task.aborted:
         aborted = aborted_mask(offsets, table.column("producer_id").to_numpy(),
                                table.column("is_transactional").to_numpy(zero_copy_only=False), control,
@@ -441,13 +440,19 @@ def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[
     return entries
 
 
+def fresh_cleaned_path(task: CleanTask, base: int) -> str:
+    """``<base>.parquet.cleaned`` in the partition, a leftover of an abandoned round removed first."""
+    cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
+    if os.path.exists(cleaned):
+        os.unlink(cleaned)
+    return cleaned
+
+
 def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap,
                 entries: dict[int, np.ndarray] | None = None) -> GroupResult:
     """Rewrite one group of segments into ``<first base>.parquet.cleaned`` (fsynced, not yet swapped in)."""
     base = group[0].base_offset
-    cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
-    if os.path.exists(cleaned):
-        os.unlink(cleaned)
+    cleaned = fresh_cleaned_path(task, base)
     writer = SegmentWriter(cleaned, base, task.compression, background=True)
     read = written = invalid = stamped = bytes_read = 0
     kept_markers: set[int] = set()

@@ -21,7 +21,6 @@ is full before anything is installed, so giving up loses nothing.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import tempfile
 import threading
@@ -34,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..record import SCHEMA
-from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
+from ..segment import SegmentWriter
 from .kernel import (
     CleanTask,
     GroupResult,
@@ -42,12 +41,14 @@ from .kernel import (
     SegmentFile,
     _map_rows,
     aborted_index,
+    fresh_cleaned_path,
     groups_to_clean,
     prefetched,
     rewrite_rows,
 )
 from .key_groups import KeyGroups, group_keys
 from .offset_map import OffsetMap
+from .swap import discard
 
 T = TypeVar("T")
 
@@ -78,10 +79,10 @@ def clean_newest_first(task: CleanTask) -> tuple[MapResult, list[GroupResult]] |
                 written.append(finisher.submit(_write_group, task, group, spilled))
             results = [future.result() for future in reversed(written)]
         except MapFull:
-            _discard(_finished(written))
+            discard(_finished(written))
             return None
         except BaseException:
-            _discard(_finished(written))
+            discard(_finished(written))
             raise
     return MapResult(offset_map, end_offset), results
 
@@ -130,12 +131,6 @@ def in_background(items: Iterator[T], depth: int = 1) -> Generator[T, None, None
         stop.set()
         free.release()
         thread.join()
-
-
-def _discard(results: Sequence[GroupResult]) -> None:
-    for result in results:
-        if os.path.exists(result.cleaned_path):
-            os.unlink(result.cleaned_path)
 
 
 @dataclass(frozen=True)
@@ -247,10 +242,8 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
 def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled) -> GroupResult:
     """Write a group's spilled rows, oldest first, to ``<first base>.parquet.cleaned`` (fsynced)."""
     base = group[0].base_offset
-    cleaned = os.path.join(task.directory, segment_name(base, SEALED_SUFFIX) + CLEANED_SUFFIX)
     with spilled.file:
-        if os.path.exists(cleaned):
-            os.unlink(cleaned)
+        cleaned = fresh_cleaned_path(task, base)
         spilled.file.seek(0)
         reader = pa.ipc.open_file(spilled.file)
         writer = SegmentWriter(cleaned, base, task.compression, background=True)
