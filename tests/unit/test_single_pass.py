@@ -92,28 +92,3 @@ def test_keys_beyond_the_map_fall_back_to_two_passes(tmp_path: Any, monkeypatch:
     latest = {k: v for k, v in zip(keys, [b"v%d" % i for i in range(400)], strict=True)}
     assert {r.key: r.value for r in store.read("t", 0)} == latest
     assert len(list(store.read("t", 0))) == len(latest)
-
-
-def test_background_items_arrive_in_order_and_a_producer_error_reaches_the_consumer() -> None:
-    assert list(single_pass.in_background(iter(range(50)))) == list(range(50))
-
-    def failing() -> Any:
-        yield 1
-        raise OSError("disk gone")
-
-    with pytest.raises(OSError, match="disk gone"):
-        list(single_pass.in_background(failing()))
-
-
-def test_stopping_early_stops_the_producer() -> None:
-    produced: list[int] = []
-
-    def counting() -> Any:
-        for i in range(1000):
-            produced.append(i)
-            yield i
-
-    items = single_pass.in_background(counting(), depth=1)
-    assert next(items) == 0
-    items.close()
-    assert len(produced) <= 3  # the item handed over, at most one made ahead, and one begun

@@ -128,8 +128,7 @@ def test_map_entries_find_what_lookup_finds(store: compactlog.Store) -> None:
     entries = map_entries(offset_map, task.segments)
     for segment in task.segments:
         keys = pq.read_table(segment.path, columns=["key"]).column("key")
-        found = [int(offset_map.offsets[e]) if e >= 0 else -1 for e in entries[segment.base_offset]]
-        assert found == offset_map.lookup(keys).tolist()
+        assert offset_map.offsets_of(entries[segment.base_offset]).tolist() == offset_map.lookup(keys).tolist()
 
 
 def test_a_failing_round_reports_its_error_and_leaves_no_cleaned_files(store: compactlog.Store) -> None:

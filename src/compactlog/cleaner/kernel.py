@@ -291,25 +291,28 @@ def groups_to_clean(task: CleanTask, end_offset: int) -> list[list[SegmentFile]]
 
 
 def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
-                entries: np.ndarray | None) -> tuple[np.ndarray, int]:
+                entries: np.ndarray | None, found: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Which rows of a segment survive (the vectorised :func:`.retain.should_retain_record`), and how many
     keyless data records were dropped as invalid.
 
     Beyond the record rule: a transaction marker stays while its transaction has records in the round,
     then (stamped with a delete horizon) until a round at or after the horizon; an emptied batch row
     stays only while it is its producer's last record. The caller empties the dropped rows that are a
-    live producer's last record (:func:`producer_last_rows`)."""
+    live producer's last record (:func:`producer_last_rows`). ``found``, when given, is each row's mapped
+    offset (-1: none) looked up already; the map itself is then not read (another thread may be adding to
+    it)."""
     offsets = table.column("offset").to_numpy()
     keys = table.column("key")
     control_type = table.column("control_type").to_numpy()
     control = control_type != CONTROL_NONE
     has_control = bool(control.any())
     keyless = _nulls(keys)
-    if entries is not None and len(offset_map) == 0:
+    if found is not None:
+        pass
+    elif entries is not None and len(offset_map) == 0:
         found = np.full(len(offsets), -1, dtype=np.int64)
     elif entries is not None:
-        found = offset_map.offsets[entries]
-        found[entries < 0] = -1
+        found = offset_map.offsets_of(entries)
     else:
         found = offset_map.lookup(keys)
     keep = offsets >= found  # the newest record of its key in the map, or a key the map does not hold
@@ -487,9 +490,10 @@ class KeptRows:
     abort_markers: list[int]
 
 
-def rewrite_rows(task: CleanTask, table: pa.Table, offset_map: OffsetMap, entries: np.ndarray | None) -> KeptRows:
+def rewrite_rows(task: CleanTask, table: pa.Table, offset_map: OffsetMap, entries: np.ndarray | None,
+                 found: np.ndarray | None = None) -> KeptRows:
     """The rows of ``table`` (consecutive rows of a segment) that survive the round, as they are written."""
-    keep, invalid = retain_mask(table, task, offset_map, entries)
+    keep, invalid = retain_mask(table, task, offset_map, entries, found)
     emptied = producer_last_rows(table, keep, task)
     kept = table.filter(pa.array(keep)) if not keep.all() else table
     if emptied is not None:

@@ -21,13 +21,12 @@ is full before anything is installed, so giving up loses nothing.
 from __future__ import annotations
 
 import contextlib
-import queue
+import os
 import tempfile
-import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, TypeVar
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -46,11 +45,8 @@ from .kernel import (
     prefetched,
     rewrite_rows,
 )
-from .key_groups import KeyGroups, group_keys
 from .offset_map import OffsetMap
 from .swap import discard
-
-T = TypeVar("T")
 
 BATCH_ROWS = 1 << 17  # rows of a group read together (newest first) and put into the map in one step
 
@@ -92,47 +88,6 @@ def _finished(futures: Sequence[Future[GroupResult]]) -> list[GroupResult]:
     return [future.result() for future in futures if future.exception() is None]
 
 
-def in_background(items: Iterator[T], depth: int = 1) -> Generator[T, None, None]:
-    """``items``, produced on a thread of their own while the consumer works on the previous one (numpy and
-    Arrow release the GIL, so the two overlap). At most ``depth`` items exist beyond the one the consumer
-    holds: the producer starts an item only when one is free. Stopping early stops the producer; its
-    exception is raised here."""
-    handoff: queue.Queue[tuple[bool, object]] = queue.Queue()
-    free = threading.Semaphore(depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            while True:
-                free.acquire()
-                if stop.is_set():
-                    return
-                item = next(items, handoff)
-                if item is handoff:
-                    handoff.put((False, None))
-                    return
-                handoff.put((True, item))
-        except BaseException as e:  # handed to the consumer
-            handoff.put((False, e))
-
-    thread = threading.Thread(target=produce, name="compactlog-batches", daemon=True)
-    thread.start()
-    try:
-        while True:
-            more, item = handoff.get()
-            if not more:
-                if isinstance(item, BaseException):
-                    raise item
-                return
-            yield item  # type: ignore[misc]
-            del item
-            free.release()
-    finally:
-        stop.set()
-        free.release()
-        thread.join()
-
-
 @dataclass(frozen=True)
 class _Batch:
     """Consecutive rows of a group, with what the map needs of them worked out ahead."""
@@ -141,10 +96,9 @@ class _Batch:
     offsets: np.ndarray
     keys: pa.Array  # the keys of every row
     positions: np.ndarray  # the rows that enter the map (keyed data records of the dirty section)
-    groups: KeyGroups | None  # those rows' keys grouped (None when there are none)
 
 
-def _batches(task: CleanTask, group: Sequence[SegmentFile]) -> Iterator[_Batch]:
+def _batches(task: CleanTask, group: Sequence[SegmentFile]) -> Generator[_Batch, None, None]:
     """The group's rows newest first, as batches of about BATCH_ROWS consecutive rows in offset order."""
     pending: list[pa.Table] = []
     rows = 0
@@ -153,10 +107,9 @@ def _batches(task: CleanTask, group: Sequence[SegmentFile]) -> Iterator[_Batch]:
         table = pa.concat_tables(reversed(pending))
         offsets, keys, eligible = _map_rows(table, task)
         positions = np.flatnonzero(eligible)
-        mapped = keys if len(positions) == len(offsets) else keys.take(pa.array(positions))
-        return _Batch(table, offsets, keys, positions, group_keys([mapped]) if len(positions) else None)
+        return _Batch(table, offsets, keys, positions)
 
-    for _, _, table in prefetched(group, ahead=2, newest_first=True):
+    for _, _, table in prefetched(group, ahead=1, newest_first=True):
         pending.append(table)
         rows += table.num_rows
         if rows >= BATCH_ROWS:
@@ -172,8 +125,7 @@ def _entries(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarra
     entries = np.full(len(offsets), -1, dtype=np.int32)
     if len(positions):
         every_row = len(positions) == len(offsets)
-        added = offset_map.put_older(keys if every_row else keys.take(pa.array(positions)), offsets[positions],
-                                     batch.groups)
+        added = offset_map.put_older(keys if every_row else keys.take(pa.array(positions)), offsets[positions])
         if added is None:
             raise MapFull
         entries[positions] = added
@@ -205,13 +157,13 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
     # The file passes to _write_group, which closes it (or it is closed here on failure).
     spilled = _Spilled(tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-"), [])  # noqa: SIM115
     try:
-        with pa.ipc.new_file(spilled.file, SCHEMA) as sink, \
+        with _native(spilled.file, "w") as native, pa.ipc.new_file(native, SCHEMA) as sink, \
                 ThreadPoolExecutor(1, thread_name_prefix="compactlog-rewrite") as rewriter, \
-                contextlib.closing(in_background(_batches(task, group))) as batches:
+                contextlib.closing(_batches(task, group)) as batches:
 
-            def rewrite(batch: _Batch, entries: np.ndarray) -> None:
+            def rewrite(batch: _Batch, found: np.ndarray) -> None:
                 spilled.read += batch.table.num_rows
-                kept = rewrite_rows(task, batch.table, offset_map, entries)
+                kept = rewrite_rows(task, batch.table, offset_map, None, found)
                 spilled.invalid += kept.invalid
                 spilled.stamped += kept.stamped
                 spilled.written += kept.rows.num_rows
@@ -225,10 +177,12 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
             in_flight: Future[None] | None = None
             try:
                 for batch in batches:
-                    entries = _entries(task, batch, offset_map)
+                    # The batch's offsets are looked up here: the rewriter never reads the map that
+                    # this thread adds to.
+                    found = offset_map.offsets_of(_entries(task, batch, offset_map))
                     if in_flight is not None:
                         in_flight.result()
-                    in_flight = rewriter.submit(rewrite, batch, entries)
+                    in_flight = rewriter.submit(rewrite, batch, found)
                     del batch
             finally:
                 if in_flight is not None:
@@ -239,13 +193,22 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
     return spilled
 
 
+def _native(file: IO[bytes], mode: str) -> pa.NativeFile:
+    """The unnamed spill file as an Arrow file (opened again through ``/proc/self/fd`` where there is one),
+    so batches cross between Arrow's memory pool and the file without passing through Python objects, which
+    would leave the memory they held to the C allocator."""
+    fd_path = f"/proc/self/fd/{file.fileno()}"
+    if os.path.exists(fd_path):
+        return pa.OSFile(fd_path, mode)
+    return pa.PythonFile(file, mode)
+
+
 def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled) -> GroupResult:
     """Write a group's spilled rows, oldest first, to ``<first base>.parquet.cleaned`` (fsynced)."""
     base = group[0].base_offset
-    with spilled.file:
+    with spilled.file, _native(spilled.file, "r") as native:
         cleaned = fresh_cleaned_path(task, base)
-        spilled.file.seek(0)
-        reader = pa.ipc.open_file(spilled.file)
+        reader = pa.ipc.open_file(native)
         writer = SegmentWriter(cleaned, base, task.compression, background=True)
         try:
             for first, count in reversed(spilled.spans):
