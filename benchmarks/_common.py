@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -53,3 +54,20 @@ def keyed_table(n: int, distinct_keys: int, value_bytes: int = 100, tombstone_fr
     if timestamp is not None:
         columns["timestamp"] = pa.array(np.full(n, timestamp, dtype=np.int64))
     return pa.table(columns)
+
+
+def fresh_copy(source: str, target: str) -> None:
+    """A data directory to clean, from ``source`` left as it is: the sealed segments hard-linked (a clean never
+    edits a segment file: it writes new ones and renames), the rest copied (active segments, metadata and
+    checkpoint files may be edited in place). The links share the source's page cache, so a clean reads the
+    same cached files the contenders read."""
+    shutil.rmtree(target, ignore_errors=True)
+    for root, _, files in os.walk(source):
+        out = os.path.join(target, os.path.relpath(root, source))
+        os.makedirs(out, exist_ok=True)
+        for name in files:
+            src, dst = os.path.join(root, name), os.path.join(out, name)
+            if name.endswith(".parquet"):
+                os.link(src, dst)
+            else:
+                shutil.copy2(src, dst)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import banner, keyed_table
+from _common import banner, fresh_copy, keyed_table
 
 import compactlog
 
@@ -54,20 +54,6 @@ def build(data_dir: str, partitions: int, records: int, keys: int, segment_bytes
             store.append(TOPIC, partition, keyed_table(n, keys, 100, seed=seed + partition * 1000 + start))
         store.roll(TOPIC, partition)
     store.close()
-
-
-def fresh_copy(source: str, target: str) -> None:
-    """Hard-link the segments, copy the rest (metadata and checkpoint files are replaced, not edited)."""
-    shutil.rmtree(target, ignore_errors=True)
-    for root, _, files in os.walk(source):
-        out = os.path.join(target, os.path.relpath(root, source))
-        os.makedirs(out, exist_ok=True)
-        for name in files:
-            src, dst = os.path.join(root, name), os.path.join(out, name)
-            if name.endswith(".parquet"):
-                os.link(src, dst)
-            else:
-                shutil.copy2(src, dst)
 
 
 def open_loaded(data_dir: str) -> compactlog.Store:
