@@ -16,6 +16,7 @@ import compactlog
 from compactlog.cleaner import cleaner, single_pass
 from support import FakeClock
 
+RUN_IN_PROCESS = cleaner.run_in_process  # the real one (tests replace the module's for a while)
 KEY = st.sampled_from([b"a", b"b", b"cc", b"ddd", None])
 RECORD = st.tuples(KEY, st.booleans())  # (key, tombstone)
 ROUNDS = st.lists(st.lists(st.lists(RECORD, min_size=1, max_size=12), min_size=1, max_size=3), min_size=1,
@@ -35,10 +36,12 @@ def snapshot(store: compactlog.Store) -> list[dict[str, Any]]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ROUNDS, st.integers(1, 3))
+@given(ROUNDS, st.integers(1, 3), st.booleans())
 def test_single_pass_keeps_what_two_passes_keep(tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch,
                                                rounds: list[list[list[tuple[bytes | None, bool]]]],
-                                               group_size: int) -> None:
+                                               group_size: int, one_core: bool) -> None:
+    """Also with every step of a round on one thread (``one_core``, for rounds side by side on Spark)."""
+    monkeypatch.setattr(cleaner, "run_in_process", lambda task: RUN_IN_PROCESS(task, one_core))
     clock = FakeClock(1_000_000)
     stores = []
     for name in ("single", "double"):
@@ -55,14 +58,15 @@ def test_single_pass_keeps_what_two_passes_keep(tmp_path_factory: Any, monkeypat
         clock.advance(3_000)
         used: list[Any] = []
 
-        def spy(task: Any, used: list[Any] = used, real: Any = single_pass.clean_newest_first) -> Any:
+        def spy(task: Any, one_core: bool = False, used: list[Any] = used,
+                real: Any = single_pass.clean_newest_first) -> Any:
             used.append(task)
-            return real(task)
+            return real(task, one_core)
 
         monkeypatch.setattr(cleaner, "clean_newest_first", spy)
         first = single.clean(force=True)
         assert used, "the single pass was not used"
-        monkeypatch.setattr(cleaner, "clean_newest_first", lambda task: None)
+        monkeypatch.setattr(cleaner, "clean_newest_first", lambda task, one_core=False: None)
         second = double.clean(force=True)
         assert snapshot(single) == snapshot(double)
         ends = [(p.end_offset, p.records_written, p.invalid_records, p.tombstones_stamped) for p in first.partitions]
@@ -80,8 +84,8 @@ def test_keys_beyond_the_map_fall_back_to_two_passes(tmp_path: Any, monkeypatch:
     outcomes = []
     real = single_pass.clean_newest_first
 
-    def spy(task: Any) -> Any:
-        outcomes.append(real(task))
+    def spy(task: Any, one_core: bool = False) -> Any:
+        outcomes.append(real(task, one_core))
         return outcomes[-1]
 
     monkeypatch.setattr(cleaner, "clean_newest_first", spy)

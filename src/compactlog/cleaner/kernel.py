@@ -152,7 +152,7 @@ def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, n
     return offsets, keys, eligible
 
 
-def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
+def build_offset_map(task: CleanTask, keep_entries: bool = True, one_core: bool = False) -> MapResult:
     """Phase 1: the offset map over the dirty section, until it fills.
 
     The dirty segments' keys are read row group by row group (the next one read in the background) and put
@@ -188,7 +188,8 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True) -> MapResult:
 
     full_at: int | None = None
     current: SegmentFile | None = None
-    for segment, first_row, table in prefetched(dirty, lambda s: map_columns(task, s), MAP_READ_AHEAD):
+    for segment, first_row, table in prefetched(dirty, lambda s: map_columns(task, s), MAP_READ_AHEAD,
+                                                one_core=one_core):
         if segment is not current:
             if current is not None and full_at is None:
                 # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
@@ -452,16 +453,17 @@ def fresh_cleaned_path(task: CleanTask, base: int) -> str:
 
 
 def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap,
-                entries: dict[int, np.ndarray] | None = None) -> GroupResult:
-    """Rewrite one group of segments into ``<first base>.parquet.cleaned`` (fsynced, not yet swapped in)."""
+                entries: dict[int, np.ndarray] | None = None, one_core: bool = False) -> GroupResult:
+    """Rewrite one group of segments into ``<first base>.parquet.cleaned`` (fsynced, not yet swapped in).
+    ``one_core``: read, decide and encode on this thread alone."""
     base = group[0].base_offset
     cleaned = fresh_cleaned_path(task, base)
-    writer = SegmentWriter(cleaned, base, task.compression, background=True)
+    writer = SegmentWriter(cleaned, base, task.compression, background=not one_core)
     read = written = invalid = stamped = bytes_read = 0
     kept_markers: set[int] = set()
     try:
         bytes_read = sum(segment.size_bytes for segment in group)
-        for segment, first_row, table in prefetched(group):
+        for segment, first_row, table in prefetched(group, one_core=one_core):
             read += table.num_rows
             segment_entries = (entries or {}).get(segment.base_offset)
             if segment_entries is not None:
@@ -527,11 +529,14 @@ def _row_groups(segments: Sequence[SegmentFile], newest_first: bool = False
 
 
 def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile], list[str]] | None = None,
-               ahead: int = 1, newest_first: bool = False) -> Iterator[tuple[SegmentFile, int, pa.Table]]:
+               ahead: int = 1, newest_first: bool = False, one_core: bool = False
+               ) -> Iterator[tuple[SegmentFile, int, pa.Table]]:
     """Every row group of the segments (all columns, or ``columns(segment)``; oldest first, or newest
     first) as ``(segment, index of its first row, rows)``, up to ``ahead`` following ones read on a
     background thread while the caller works on the current one (decoding runs on Arrow's threads, the
-    caller's work on its own). Memory stays at ``ahead + 1`` row groups, whatever the segment size."""
+    caller's work on its own). Memory stays at ``ahead + 1`` row groups, whatever the segment size.
+    ``one_core``: nothing ahead, and each row group decoded on one thread (see :data:`CleanTask`'s users:
+    a round that shares the machine with as many other rounds as there are cores)."""
 
     def read(item: tuple[SegmentFile, int, pq.ParquetFile, int]) -> pa.Table:
         segment, _, file, index = item
@@ -539,13 +544,13 @@ def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile],
         if index < 0:
             empty = file.schema_arrow.empty_table()
             return empty.select(names) if names is not None else empty
-        return file.read_row_group(index, columns=names)
+        return file.read_row_group(index, columns=names, use_threads=not one_core)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactlog-prefetch") as pool:
         queued: deque[tuple[tuple[SegmentFile, int, pq.ParquetFile, int], Future[pa.Table]]] = deque()
         for item in _row_groups(segments, newest_first):
             queued.append((item, pool.submit(read, item)))
-            if len(queued) > ahead:
+            if len(queued) > (0 if one_core else ahead):
                 done, table = queued.popleft()
                 yield done[0], done[1], table.result()
         while queued:

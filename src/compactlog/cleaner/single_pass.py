@@ -55,11 +55,12 @@ class MapFull(Exception):
     """The dirty section's keys do not fit in the offset map: the round needs the two-pass kernel."""
 
 
-def clean_newest_first(task: CleanTask) -> tuple[MapResult, list[GroupResult]] | None:
+def clean_newest_first(task: CleanTask, one_core: bool = False) -> tuple[MapResult, list[GroupResult]] | None:
     """The whole round in one read, or None (nothing written) when the dirty section's keys do not fit.
 
     A group's spilled rows are written to its ``.cleaned`` file on a thread of its own while the next
-    (older) group is read."""
+    (older) group is read. ``one_core``: every step on this thread, one after another (for a round that
+    shares the machine with as many other rounds as there are cores: its threads would only compete)."""
     dirty = task.dirty_segments()
     if not dirty:
         return None
@@ -71,8 +72,13 @@ def clean_newest_first(task: CleanTask) -> tuple[MapResult, list[GroupResult]] |
     with ThreadPoolExecutor(1, thread_name_prefix="compactlog-finish") as finisher:
         try:
             for group in reversed(groups_to_clean(task, end_offset)):
-                spilled = _spill_group(task, group, offset_map)
-                written.append(finisher.submit(_write_group, task, group, spilled))
+                spilled = _spill_group(task, group, offset_map, one_core)
+                if one_core:
+                    done: Future[GroupResult] = Future()
+                    done.set_result(_write_group(task, group, spilled, one_core))
+                    written.append(done)
+                else:
+                    written.append(finisher.submit(_write_group, task, group, spilled))
             results = [future.result() for future in reversed(written)]
         except MapFull:
             discard(_finished(written))
@@ -98,7 +104,7 @@ class _Batch:
     positions: np.ndarray  # the rows that enter the map (keyed data records of the dirty section)
 
 
-def _batches(task: CleanTask, group: Sequence[SegmentFile]) -> Generator[_Batch, None, None]:
+def _batches(task: CleanTask, group: Sequence[SegmentFile], one_core: bool) -> Generator[_Batch, None, None]:
     """The group's rows newest first, as batches of about BATCH_ROWS consecutive rows in offset order."""
     pending: list[pa.Table] = []
     rows = 0
@@ -109,7 +115,7 @@ def _batches(task: CleanTask, group: Sequence[SegmentFile]) -> Generator[_Batch,
         positions = np.flatnonzero(eligible)
         return _Batch(table, offsets, keys, positions)
 
-    for _, _, table in prefetched(group, ahead=1, newest_first=True):
+    for _, _, table in prefetched(group, ahead=1, newest_first=True, one_core=one_core):
         pending.append(table)
         rows += table.num_rows
         if rows >= BATCH_ROWS:
@@ -149,7 +155,7 @@ class _Spilled:
     abort_markers: set[int] = field(default_factory=set)
 
 
-def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap) -> _Spilled:
+def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> _Spilled:
     """Read the group newest first and spill what survives. Three threads share the work of a batch: one
     prepares it (reads, groups its keys), this one puts it into the map, and a third decides and spills
     its rows while this one maps the next batch (the map only grows, and entries it has given out keep
@@ -159,7 +165,7 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
     try:
         with _native(spilled.file, "w") as native, pa.ipc.new_file(native, SCHEMA) as sink, \
                 ThreadPoolExecutor(1, thread_name_prefix="compactlog-rewrite") as rewriter, \
-                contextlib.closing(_batches(task, group)) as batches:
+                contextlib.closing(_batches(task, group, one_core)) as batches:
 
             def rewrite(batch: _Batch, found: np.ndarray) -> None:
                 spilled.read += batch.table.num_rows
@@ -180,6 +186,9 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
                     # The batch's offsets are looked up here: the rewriter never reads the map that
                     # this thread adds to.
                     found = offset_map.offsets_of(_entries(task, batch, offset_map))
+                    if one_core:
+                        rewrite(batch, found)
+                        continue
                     if in_flight is not None:
                         in_flight.result()
                     in_flight = rewriter.submit(rewrite, batch, found)
@@ -203,13 +212,14 @@ def _native(file: IO[bytes], mode: str) -> pa.NativeFile:
     return pa.PythonFile(file, mode)
 
 
-def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled) -> GroupResult:
+def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled,
+                 one_core: bool = False) -> GroupResult:
     """Write a group's spilled rows, oldest first, to ``<first base>.parquet.cleaned`` (fsynced)."""
     base = group[0].base_offset
     with spilled.file, _native(spilled.file, "r") as native:
         cleaned = fresh_cleaned_path(task, base)
         reader = pa.ipc.open_file(native)
-        writer = SegmentWriter(cleaned, base, task.compression, background=True)
+        writer = SegmentWriter(cleaned, base, task.compression, background=not one_core)
         try:
             for first, count in reversed(spilled.spans):
                 for index in range(first, first + count):

@@ -210,6 +210,7 @@ class RoundItem:
 
     task_index: int
     task: CleanTask
+    one_core: bool = False  # the job has a round for every task slot: each keeps to one core
 
     def run(self, maps: Mapping[int, Broadcast[BroadcastMap]]) -> Output | TaskFailure:
         task = self.task
@@ -217,7 +218,7 @@ class RoundItem:
         if missing is not None:
             return missing
         try:
-            mapped, results = run_in_process(task)  # the very function of the in-process cleaner
+            mapped, results = run_in_process(task, self.one_core)  # the very function of the in-process cleaner
         except Exception as e:  # run_in_process has removed the groups it wrote
             return _failure(self.task_index, "the round", e)
         summary = MapResult(map_summary(mapped.offset_map), mapped.end_offset, mapped.records_read,

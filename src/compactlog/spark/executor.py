@@ -337,12 +337,14 @@ def _run_pass(state: _Pass) -> None:
     policy = split_policy(sc)
     split = [i for i, size in enumerate(sizes) if should_split(policy, size, total, slots)]
 
-    # Job 1: whole rounds, and the bin maps of split partitions.
+    # Job 1: whole rounds, and the bin maps of split partitions. With a round for every task slot, each
+    # round keeps to one core (see run_in_process); with fewer, a round's threads use the idle cores.
     first: list[Item] = []
     first_sizes: list[int] = []
+    one_core = len(tasks) - len(split) >= slots
     for i, task in enumerate(tasks):
         if i not in split:
-            first.append(RoundItem(i, task))
+            first.append(RoundItem(i, task, one_core))
             first_sizes.append(sizes[i])
             continue
         dirty = task.dirty_segments()
