@@ -326,21 +326,3 @@ def test_describe_reports_cleaner_view(tmp_path: object) -> None:
     store.clean()
     info = store.describe("t")[0]
     assert info.first_dirty_offset == 2 and info.dirty_ratio == 0.0
-
-
-def test_a_round_allocates_from_jemalloc_and_gives_the_default_pool_back() -> None:
-    from compactlog.cleaner.cleaner import round_memory_pool
-
-    before = pa.default_memory_pool().backend_name
-    try:
-        pa.jemalloc_memory_pool()
-    except NotImplementedError:
-        pytest.skip("this pyarrow has no jemalloc pool")
-    with round_memory_pool():
-        assert pa.default_memory_pool().backend_name == "jemalloc"
-        with round_memory_pool():  # rounds may overlap (threads): the last one out restores
-            pass
-        assert pa.default_memory_pool().backend_name == "jemalloc"
-        buffer = pa.allocate_buffer(1 << 20)
-    assert pa.default_memory_pool().backend_name == before
-    assert buffer.size == 1 << 20  # a buffer outlives the round and goes back to its own pool

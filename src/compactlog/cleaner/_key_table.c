@@ -14,6 +14,7 @@
  * alignment, and 16-32 bytes of index.
  */
 #define PY_SSIZE_T_CLEAN
+#define _GNU_SOURCE /* mremap */
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -159,7 +160,21 @@ static void region_free(void *p, size_t size) {
         munmap(p, size);
 }
 
+/* A region made larger. Where the OS can move pages (mremap), nothing is copied and the old and new
+ * regions never take memory at once (a copy would, for a moment, hold both). */
 static void *region_grow(void *p, size_t old, size_t size) {
+#ifdef MREMAP_MAYMOVE
+    if (p) {
+        void *q = mremap(p, old, size, MREMAP_MAYMOVE);
+        if (q != MAP_FAILED) {
+#ifdef MADV_HUGEPAGE
+            if (size >= (2u << 20))
+                madvise(q, size, MADV_HUGEPAGE);
+#endif
+            return q;
+        }
+    }
+#endif
     void *q = region_alloc(size);
     if (q && p) {
         memcpy(q, p, old);

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -224,44 +223,6 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
     return task, {s.base_offset: s.inode for s in sealed}
 
 
-# Arrow's default pool (mimalloc in the wheels) keeps freed memory resident for a second, and a round frees
-# a row group's worth every few milliseconds, so a round's RSS carried 150-200 MB of freed memory beyond
-# what was live. A round allocates from Arrow's jemalloc pool instead, which hands freed memory back after
-# ROUND_DECAY_MS (measured, 5M records / 1M keys: peak RSS 478 -> 415 MiB at the same speed; with no decay
-# 360 MiB but 20% slower, every row group then faulting its pages in again).
-ROUND_DECAY_MS = 100
-_pool_lock = threading.Lock()
-_pool_users = 0
-_pool_before: pa.MemoryPool | None = None
-
-
-@contextlib.contextmanager
-def round_memory_pool() -> Iterator[None]:
-    """Arrow's default pool is jemalloc (decay ROUND_DECAY_MS) while any round of this process runs, then
-    what it was. Without a jemalloc build of Arrow, the default pool as it is. Buffers always go back to
-    the pool they came from, so other threads allocating meanwhile lose nothing."""
-    global _pool_users, _pool_before
-    try:
-        pool = pa.jemalloc_memory_pool()
-    except NotImplementedError:
-        yield
-        return
-    with _pool_lock:
-        if _pool_users == 0:
-            pa.jemalloc_set_decay_ms(ROUND_DECAY_MS)
-            _pool_before = pa.default_memory_pool()
-            pa.set_memory_pool(pool)
-        _pool_users += 1
-    try:
-        yield
-    finally:
-        with _pool_lock:
-            _pool_users -= 1
-            if _pool_users == 0 and _pool_before is not None:
-                pa.set_memory_pool(_pool_before)
-                _pool_before = None
-
-
 def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, list[GroupResult]]:
     """The kernel in this process: in one read when the dirty section's keys fit the offset map
     (:mod:`.single_pass`), else map, then every group, one after another. Between steps the memory pool
@@ -272,30 +233,26 @@ def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, 
     that run side by side, one per core (Spark tasks filling every slot), whose threads would only compete
     for the cores and their caches (measured, two 5M-record rounds at once on two cores: 2.4-2.9 s each as
     processes pinned to a core apiece, 3.0-3.7 s with their threads free)."""
-    # Rounds side by side keep the default pool: freed memory handed back would cost each of them a page
-    # fault per page again, and with every core faulting at once 40% of their time went to the kernel
-    # (8 rounds of 2M records on two cores: 6.0-6.2 s with the jemalloc pool, 4.7-5.2 s without).
-    with round_memory_pool() if not one_core else contextlib.nullcontext():
-        pool = pa.default_memory_pool()
-        one_read = clean_newest_first(task, one_core)
-        if one_read is not None:
-            return one_read
-        mapped = build_offset_map(task, one_core=one_core)
-        pool.release_unused()
-        results: list[GroupResult] = []
-        try:
-            for batch in lookup_batches(groups_to_clean(task, mapped.end_offset)):
-                # Segments the map phase did not number (the clean section) are looked up a batch at a time.
-                unmapped = [s for group in batch for s in group if s.base_offset not in mapped.entries]
-                entries = ({**mapped.entries, **map_entries(mapped.offset_map, unmapped)} if unmapped
-                           else mapped.entries)
-                for group in batch:
-                    results.append(clean_group(task, group, mapped.offset_map, entries, one_core))
-                    pool.release_unused()
-        except BaseException:
-            discard(results)
-            raise
-        return mapped, results
+    pool = pa.default_memory_pool()
+    one_read = clean_newest_first(task, one_core)
+    if one_read is not None:
+        return one_read
+    mapped = build_offset_map(task, one_core=one_core)
+    pool.release_unused()
+    results: list[GroupResult] = []
+    try:
+        for batch in lookup_batches(groups_to_clean(task, mapped.end_offset)):
+            # Segments the map phase did not number (the clean section) are looked up a batch at a time.
+            unmapped = [s for group in batch for s in group if s.base_offset not in mapped.entries]
+            entries = ({**mapped.entries, **map_entries(mapped.offset_map, unmapped)} if unmapped
+                       else mapped.entries)
+            for group in batch:
+                results.append(clean_group(task, group, mapped.offset_map, entries, one_core))
+                pool.release_unused()
+    except BaseException:
+        discard(results)
+        raise
+    return mapped, results
 
 
 def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,
