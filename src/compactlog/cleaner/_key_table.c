@@ -394,43 +394,68 @@ static int enter(KeyTable *t) {
 
 /* ---- methods ---------------------------------------------------------------------------------------- */
 
+/* The buffers of one call: keys, and the int64 record offsets and int32 entries when the call takes them. */
+typedef struct {
+    KeyBuffers b;
+    Keys k;
+    Py_buffer records, entries;
+    int have_records, have_entries, entered;
+} Call;
+
+/* Take a call's buffers (records, entries: NULL or None when not given) and the table; 0 with an error set
+ * otherwise. end_call() releases whatever was taken. */
+static int begin_call(KeyTable *t, Call *c, PyObject *offsets, PyObject *data, PyObject *records, PyObject *entries) {
+    c->have_records = c->have_entries = c->entered = 0;
+    if (!get_keys(offsets, data, &c->b, &c->k))
+        return 0;
+    if (records && !(c->have_records = get_array(records, &c->records, 8, c->k.rows, 0, "record offsets")))
+        return 0;
+    if (entries && entries != Py_None &&
+        !(c->have_entries = get_array(entries, &c->entries, 4, c->k.rows, 1, "entries")))
+        return 0;
+    return c->entered = enter(t);
+}
+
+static void end_call(KeyTable *t, Call *c) {
+    if (c->entered)
+        t->busy = 0;
+    if (c->have_entries)
+        PyBuffer_Release(&c->entries);
+    if (c->have_records)
+        PyBuffer_Release(&c->records);
+    release_keys(&c->b);
+}
+
 static PyObject *KeyTable_find(KeyTable *t, PyObject *args) {
     PyObject *offsets, *data, *out;
     if (!PyArg_ParseTuple(args, "OOO", &offsets, &data, &out))
         return NULL;
-    KeyBuffers b;
-    Keys k;
-    Py_buffer entries;
-    if (!get_keys(offsets, data, &b, &k)) {
-        release_keys(&b);
+    if (out == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "find needs an entries array");
         return NULL;
     }
-    if (!get_array(out, &entries, 4, k.rows, 1, "entries")) {
-        release_keys(&b);
+    Call c;
+    if (!begin_call(t, &c, offsets, data, NULL, out)) {
+        end_call(t, &c);
         return NULL;
     }
-    if (!enter(t)) {
-        PyBuffer_Release(&entries);
-        release_keys(&b);
-        return NULL;
-    }
-    int32_t *found = entries.buf;
+    const Keys *k = &c.k;
+    int32_t *found = c.entries.buf;
     Py_BEGIN_ALLOW_THREADS
-    Ahead ahead = {.keys = &k, .backward = 0};
-    for (Py_ssize_t i = 0; i < k.rows; i++) {
-        if (t->count == 0) {
+    if (t->count == 0) {
+        for (Py_ssize_t i = 0; i < k->rows; i++)
             found[i] = -1;
-            continue;
+    } else {
+        Ahead ahead = {.keys = k, .backward = 0};
+        for (Py_ssize_t i = 0; i < k->rows; i++) {
+            uint64_t h = visit(t, &ahead, i);
+            int64_t a = key_at(k, i);
+            uint64_t *slot;
+            found[i] = (int32_t)probe(t, h, k->data + a, key_at(k, i + 1) - a, &slot);
         }
-        uint64_t h = visit(t, &ahead, i);
-        int64_t a = key_at(&k, i);
-        uint64_t *slot;
-        found[i] = (int32_t)probe(t, h, k.data + a, key_at(&k, i + 1) - a, &slot);
     }
     Py_END_ALLOW_THREADS
-    t->busy = 0;
-    PyBuffer_Release(&entries);
-    release_keys(&b);
+    end_call(t, &c);
     Py_RETURN_NONE;
 }
 
@@ -450,50 +475,30 @@ static PyObject *put(KeyTable *t, PyObject *args, int mode) {
     long long room, overhead;
     if (!PyArg_ParseTuple(args, "OOOOLL", &offsets, &data, &record_offsets, &out, &room, &overhead))
         return NULL;
-    KeyBuffers b;
-    Keys k;
-    Py_buffer records, entries;
-    if (!get_keys(offsets, data, &b, &k)) {
-        release_keys(&b);
-        return NULL;
-    }
-    if (!get_array(record_offsets, &records, 8, k.rows, 0, "record offsets")) {
-        release_keys(&b);
-        return NULL;
-    }
-    int have_out = out != Py_None;
-    if (!have_out && mode == PUT_MAX) {
+    if (out == Py_None && mode == PUT_MAX) {
         PyErr_SetString(PyExc_ValueError, "put_max needs an entries array");
-        PyBuffer_Release(&records);
-        release_keys(&b);
         return NULL;
     }
-    if (have_out && !get_array(out, &entries, 4, k.rows, 1, "entries")) {
-        PyBuffer_Release(&records);
-        release_keys(&b);
+    Call c;
+    if (!begin_call(t, &c, offsets, data, record_offsets, out)) {
+        end_call(t, &c);
         return NULL;
     }
-    if (!enter(t)) {
-        if (have_out)
-            PyBuffer_Release(&entries);
-        PyBuffer_Release(&records);
-        release_keys(&b);
-        return NULL;
-    }
-    const int64_t *record = records.buf;
-    int32_t *entry_of = have_out ? entries.buf : NULL;
+    const Keys *k = &c.k;
+    const int64_t *record = c.records.buf;
+    int32_t *entry_of = c.have_entries ? c.entries.buf : NULL;
     int64_t before = t->used, used = 0;
     Py_ssize_t taken = 0;
     int refused = 0, no_memory = 0;
     Py_BEGIN_ALLOW_THREADS
-    Ahead ahead = {.keys = &k, .backward = mode == PUT_OLDER};
-    for (Py_ssize_t j = 0; j < k.rows; j++) {
+    Ahead ahead = {.keys = k, .backward = mode == PUT_OLDER};
+    for (Py_ssize_t j = 0; j < k->rows; j++) {
         /* PUT_OLDER walks the rows from the last: the first row met of a new key is its newest. */
         Py_ssize_t i = row_of(&ahead, j);
         uint64_t h = visit(t, &ahead, j);
-        int64_t a = key_at(&k, i), n = key_at(&k, i + 1) - a;
+        int64_t a = key_at(k, i), n = key_at(k, i + 1) - a;
         uint64_t *slot = NULL;
-        int64_t e = probe(t, h, k.data + a, n, &slot);
+        int64_t e = probe(t, h, k->data + a, n, &slot);
         if (e < 0) {
             if (used + n + overhead > room || t->used + record_size(n) > MAX_ARENA) {
                 refused = 1;
@@ -505,8 +510,8 @@ static PyObject *put(KeyTable *t, PyObject *args, int mode) {
                 break;
             }
             if (t->mask != mask) /* the index grew: the key's empty slot moved */
-                probe(t, h, k.data + a, n, &slot);
-            e = insert(t, h, slot, k.data + a, n, record[i]);
+                probe(t, h, k->data + a, n, &slot);
+            e = insert(t, h, slot, k->data + a, n, record[i]);
             used += n + overhead;
         } else if (mode == PUT_LATEST) {
             set_record_offset(t, e, record[i]);
@@ -520,18 +525,14 @@ static PyObject *put(KeyTable *t, PyObject *args, int mode) {
             no_memory = 1;
         taken = -1;
     } else if (mode == PUT_MAX) {
-        for (Py_ssize_t i = 0; i < k.rows; i++) {
+        for (Py_ssize_t i = 0; i < k->rows; i++) {
             int64_t e = entry_of[i];
             if (e * 8 < before && record[i] > record_offset(t, e))
                 set_record_offset(t, e, record[i]);
         }
     }
     Py_END_ALLOW_THREADS
-    t->busy = 0;
-    if (have_out)
-        PyBuffer_Release(&entries);
-    PyBuffer_Release(&records);
-    release_keys(&b);
+    end_call(t, &c);
     if (no_memory)
         return PyErr_NoMemory();
     return PyLong_FromSsize_t(taken);
@@ -588,24 +589,21 @@ static PyObject *KeyTable_offsets_of(KeyTable *t, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* export() -> (starts, keys, offsets, handles): the entries in order of insertion, as bytes: int64 key
- * starts (one more than entries), the key bytes, int64 offsets, int32 handles. */
+/* export() -> (starts, keys, offsets): the entries in order of insertion, as bytes: int64 key starts (one
+ * more than entries), the key bytes, int64 offsets. */
 static PyObject *KeyTable_export(KeyTable *t, PyObject *Py_UNUSED(ignored)) {
     int64_t n = t->count, key_bytes = t->key_bytes;
     PyObject *starts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * 8));
     PyObject *keys = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)key_bytes);
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 8));
-    PyObject *handles = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 4));
-    if (!starts || !keys || !offsets || !handles) {
+    if (!starts || !keys || !offsets) {
         Py_XDECREF(starts);
         Py_XDECREF(keys);
         Py_XDECREF(offsets);
-        Py_XDECREF(handles);
         return NULL;
     }
     int64_t *s = (int64_t *)PyBytes_AS_STRING(starts), *o = (int64_t *)PyBytes_AS_STRING(offsets);
     uint8_t *d = (uint8_t *)PyBytes_AS_STRING(keys);
-    int32_t *h = (int32_t *)PyBytes_AS_STRING(handles);
     int64_t e = 0, at = 0;
     s[0] = 0;
     for (int64_t p = 0; p < t->used; p += record_size(record_length(t, p)), e++) {
@@ -614,9 +612,8 @@ static PyObject *KeyTable_export(KeyTable *t, PyObject *Py_UNUSED(ignored)) {
         at += length;
         s[e + 1] = at;
         o[e] = record_offset(t, p / 8);
-        h[e] = (int32_t)(p / 8);
     }
-    return Py_BuildValue("(NNNN)", starts, keys, offsets, handles);
+    return Py_BuildValue("(NNN)", starts, keys, offsets);
 }
 
 /* arena() -> bytes: the entries as they lie (what restore() takes; handles stay valid across the two). */
@@ -675,10 +672,6 @@ static PyObject *KeyTable_key_bytes(KeyTable *t, void *Py_UNUSED(closure)) {
     return PyLong_FromLongLong((long long)t->key_bytes);
 }
 
-static PyObject *KeyTable_memory(KeyTable *t, void *Py_UNUSED(closure)) {
-    return PyLong_FromLongLong((long long)((t->mask + 1) * 8 + (uint64_t)t->arena_capacity));
-}
-
 static int KeyTable_init(KeyTable *t, PyObject *args, PyObject *kwds) {
     static char *names[] = {"seed", "hash_mask", NULL};
     unsigned long long seed, hash_mask = ~0ULL;
@@ -721,13 +714,12 @@ static PyMethodDef KeyTable_methods[] = {
     {"restore", (PyCFunction)KeyTable_restore, METH_VARARGS,
      "restore(arena): an empty table takes the entries arena() gave (entry handles stay valid)."},
     {"export", (PyCFunction)KeyTable_export, METH_NOARGS,
-     "export() -> (starts, keys, offsets, handles) as bytes, in order of insertion."},
+     "export() -> (starts, keys, offsets) as bytes, in order of insertion."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef KeyTable_getset[] = {
     {"key_bytes", (getter)KeyTable_key_bytes, NULL, "bytes of the keys held", NULL},
-    {"memory", (getter)KeyTable_memory, NULL, "bytes mapped (index and arena)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -229,7 +229,7 @@ def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, 
     hands freed memory back, so the round's footprint is its largest step, not the sum of its steps.
 
     By default a round spreads its steps over threads (reading, mapping, deciding, encoding), which uses
-    the cores of an otherwise idle machine. ``one_core`` runs every step on this thread instead, for rounds
+    the cores of an otherwise idle machine. ``one_core`` runs one step at a time instead, for rounds
     that run side by side, one per core (Spark tasks filling every slot), whose threads would only compete
     for the cores and their caches (measured, two 5M-record rounds at once on two cores: 2.4-2.9 s each as
     processes pinned to a core apiece, 3.0-3.7 s with their threads free)."""

@@ -166,7 +166,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True, one_core: bool 
     # (segment, index of the row group's first row, eligible rows, their keys, their offsets)
     pending: list[tuple[SegmentFile, int, np.ndarray, pa.Array, np.ndarray]] = []
     pending_bytes = 0
-    read_to: dict[int, int] = {}  # segment base -> rows read so far, for segments read to their end
+    read_to: set[int] = set()  # bases of the segments read to their end since the last batch went in
 
     def flush() -> int | None:
         """Put the pending records into the map; the offset where it filled, if it did."""
@@ -193,7 +193,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True, one_core: bool 
         if segment is not current:
             if current is not None and full_at is None:
                 # A segment read to its end is mapped to its end: offset gaps at its tail are skipped.
-                read_to[current.base_offset] = -1
+                read_to.add(current.base_offset)
             current = segment
             result.bytes_read += segment.size_bytes
             if keep_entries and segment.base_offset >= task.first_dirty_offset:
@@ -215,7 +215,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True, one_core: bool 
         pending_bytes += chunk_bytes
     if full_at is None:
         if current is not None:
-            read_to[current.base_offset] = -1
+            read_to.add(current.base_offset)
         full_at = flush()
     if full_at is not None:
         offset_map.update_latest_offset(full_at - 1)
@@ -227,7 +227,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True, one_core: bool 
 
 
 def _mapped_to_end(offset_map: OffsetMap, task: CleanTask, dirty: Sequence[SegmentFile],
-                   read_to: dict[int, int]) -> None:
+                   read_to: set[int]) -> None:
     """Advance the map's latest offset over the tails of segments whose records are all in the map."""
     for segment in dirty:
         if segment.base_offset in read_to:
@@ -308,14 +308,8 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
     control = control_type != CONTROL_NONE
     has_control = bool(control.any())
     keyless = _nulls(keys)
-    if found is not None:
-        pass
-    elif entries is not None and len(offset_map) == 0:
-        found = np.full(len(offsets), -1, dtype=np.int64)
-    elif entries is not None:
-        found = offset_map.offsets_of(entries)
-    else:
-        found = offset_map.lookup(keys)
+    if found is None:
+        found = offset_map.offsets_of(entries) if entries is not None else offset_map.lookup(keys)
     keep = offsets >= found  # the newest record of its key in the map, or a key the map does not hold
     values = table.column("value")
     horizon = table.column("delete_horizon_ms").to_numpy()
@@ -455,7 +449,7 @@ def fresh_cleaned_path(task: CleanTask, base: int) -> str:
 def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap,
                 entries: dict[int, np.ndarray] | None = None, one_core: bool = False) -> GroupResult:
     """Rewrite one group of segments into ``<first base>.parquet.cleaned`` (fsynced, not yet swapped in).
-    ``one_core``: read, decide and encode on this thread alone."""
+    ``one_core``: read, decide and encode one step at a time (no step ahead on another thread)."""
     base = group[0].base_offset
     cleaned = fresh_cleaned_path(task, base)
     writer = SegmentWriter(cleaned, base, task.compression, background=not one_core)
@@ -535,8 +529,8 @@ def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile],
     first) as ``(segment, index of its first row, rows)``, up to ``ahead`` following ones read on a
     background thread while the caller works on the current one (decoding runs on Arrow's threads, the
     caller's work on its own). Memory stays at ``ahead + 1`` row groups, whatever the segment size.
-    ``one_core``: nothing ahead, and each row group decoded on one thread (see :data:`CleanTask`'s users:
-    a round that shares the machine with as many other rounds as there are cores)."""
+    ``one_core``: nothing ahead, and each row group decoded on one thread (a round that shares the machine
+    with as many other rounds as there are cores)."""
 
     def read(item: tuple[SegmentFile, int, pq.ParquetFile, int]) -> pa.Table:
         segment, _, file, index = item

@@ -25,7 +25,7 @@ dirty records later with :meth:`OffsetMap.offsets_of`, without a second lookup.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 import numpy as np
@@ -99,7 +99,7 @@ class OffsetMap:
 
     def _export(self) -> tuple[pa.Array, np.ndarray]:
         if self._exported is None:
-            starts, data, offsets, _ = self._table.export()
+            starts, data, offsets = self._table.export()
             keys = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(self),
                                                    [None, pa.py_buffer(starts), pa.py_buffer(data)])
             if len(data) < 2**31:
@@ -138,6 +138,15 @@ class OffsetMap:
         self.used_bytes = self._table.key_bytes + ENTRY_OVERHEAD_BYTES * len(self._table)
         self._exported = None
 
+    def _put(self, put: Callable[..., int], keys: pa.Array, offsets: np.ndarray, entries: np.ndarray) -> int:
+        """One of the table's puts of ``keys`` within the room left; the map's size follows the table even
+        when the put fails."""
+        key_offsets, data = _buffers(keys)
+        try:
+            return put(key_offsets, data, offsets, entries, self._room(), ENTRY_OVERHEAD_BYTES)
+        finally:
+            self._changed()
+
     def put_records(self, keys: Keys, offsets: np.ndarray) -> tuple[np.ndarray, int | None]:
         """Add keyed records given in offset order (``keys`` without nulls; one array or several chunks).
 
@@ -149,21 +158,15 @@ class OffsetMap:
         entries = np.full(len(offsets), -1, dtype=np.int32)
         start = 0
         full_at: int | None = None
-        try:
-            for chunk in _chunks(keys):
-                n = len(chunk)
-                if n == 0:
-                    continue
-                key_offsets, data = _buffers(chunk)
-                taken = self._table.put_latest(key_offsets, data, offsets[start:start + n],
-                                               entries[start:start + n], self._room(), ENTRY_OVERHEAD_BYTES)
-                self._changed()
-                start += taken
-                if taken < n:
-                    full_at = int(offsets[start])
-                    break
-        finally:
-            self._changed()
+        for chunk in _chunks(keys):
+            n = len(chunk)
+            if n == 0:
+                continue
+            taken = self._put(self._table.put_latest, chunk, offsets[start:start + n], entries[start:start + n])
+            start += taken
+            if taken < n:
+                full_at = int(offsets[start])
+                break
         if start:
             self.latest_offset = max(self.latest_offset, int(offsets[start - 1]))
         return entries, full_at
@@ -176,12 +179,7 @@ class OffsetMap:
         entries = np.full(len(offsets), -1, dtype=np.int32)
         if not len(offsets):
             return entries
-        key_offsets, data = _buffers(_one_array(keys))
-        try:
-            taken = self._table.put_older(key_offsets, data, offsets, entries, self._room(), ENTRY_OVERHEAD_BYTES)
-        finally:
-            self._changed()
-        if taken < 0:
+        if self._put(self._table.put_older, _one_array(keys), offsets, entries) < 0:
             return None
         self.latest_offset = max(self.latest_offset, int(offsets[-1]))
         return entries
@@ -193,13 +191,7 @@ class OffsetMap:
         if len(keys) == 0:
             return True
         latest = np.ascontiguousarray(latest, dtype=np.int64)
-        key_offsets, data = _buffers(keys)
-        entries = np.empty(len(keys), dtype=np.int32)
-        try:
-            taken = self._table.put_max(key_offsets, data, latest, entries, self._room(), ENTRY_OVERHEAD_BYTES)
-        finally:
-            self._changed()
-        if taken < 0:
+        if self._put(self._table.put_max, keys, latest, np.empty(len(keys), dtype=np.int32)) < 0:
             return False
         self.latest_offset = max(self.latest_offset, int(latest.max()))
         return True

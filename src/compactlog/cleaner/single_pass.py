@@ -59,8 +59,9 @@ def clean_newest_first(task: CleanTask, one_core: bool = False) -> tuple[MapResu
     """The whole round in one read, or None (nothing written) when the dirty section's keys do not fit.
 
     A group's spilled rows are written to its ``.cleaned`` file on a thread of its own while the next
-    (older) group is read. ``one_core``: every step on this thread, one after another (for a round that
-    shares the machine with as many other rounds as there are cores: its threads would only compete)."""
+    (older) group is read. ``one_core``: every step waited for as soon as it is handed over, so one thread
+    works at a time (for a round that shares the machine with as many other rounds as there are cores: its
+    threads would only compete)."""
     dirty = task.dirty_segments()
     if not dirty:
         return None
@@ -73,12 +74,9 @@ def clean_newest_first(task: CleanTask, one_core: bool = False) -> tuple[MapResu
         try:
             for group in reversed(groups_to_clean(task, end_offset)):
                 spilled = _spill_group(task, group, offset_map, one_core)
+                written.append(finisher.submit(_write_group, task, group, spilled, one_core))
                 if one_core:
-                    done: Future[GroupResult] = Future()
-                    done.set_result(_write_group(task, group, spilled, one_core))
-                    written.append(done)
-                else:
-                    written.append(finisher.submit(_write_group, task, group, spilled))
+                    written[-1].result()
             results = [future.result() for future in reversed(written)]
         except MapFull:
             discard(_finished(written))
@@ -96,7 +94,7 @@ def _finished(futures: Sequence[Future[GroupResult]]) -> list[GroupResult]:
 
 @dataclass(frozen=True)
 class _Batch:
-    """Consecutive rows of a group, with what the map needs of them worked out ahead."""
+    """Consecutive rows of a group, with what the map needs of them."""
 
     table: pa.Table
     offsets: np.ndarray
@@ -157,9 +155,9 @@ class _Spilled:
 
 def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> _Spilled:
     """Read the group newest first and spill what survives. Three threads share the work of a batch: one
-    prepares it (reads, groups its keys), this one puts it into the map, and a third decides and spills
-    its rows while this one maps the next batch (the map only grows, and entries it has given out keep
-    their offsets, so deciding a batch needs nothing of the batches after it)."""
+    reads it (:func:`.kernel.prefetched`), this one puts it into the map, and a third decides and spills its
+    rows while this one maps the next batch (the map only grows, and entries it has given out keep their
+    offsets, so deciding a batch needs nothing of the batches after it)."""
     # The file passes to _write_group, which closes it (or it is closed here on failure).
     spilled = _Spilled(tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-"), [])  # noqa: SIM115
     try:
@@ -186,12 +184,11 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
                     # The batch's offsets are looked up here: the rewriter never reads the map that
                     # this thread adds to.
                     found = offset_map.offsets_of(_entries(task, batch, offset_map))
-                    if one_core:
-                        rewrite(batch, found)
-                        continue
                     if in_flight is not None:
                         in_flight.result()
                     in_flight = rewriter.submit(rewrite, batch, found)
+                    if one_core:
+                        in_flight.result()
                     del batch
             finally:
                 if in_flight is not None:
@@ -212,8 +209,7 @@ def _native(file: IO[bytes], mode: str) -> pa.NativeFile:
     return pa.PythonFile(file, mode)
 
 
-def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled,
-                 one_core: bool = False) -> GroupResult:
+def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled, one_core: bool) -> GroupResult:
     """Write a group's spilled rows, oldest first, to ``<first base>.parquet.cleaned`` (fsynced)."""
     base = group[0].base_offset
     with spilled.file, _native(spilled.file, "r") as native:
