@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import CorruptSegmentError
+from .parquet_footer import reverse_row_groups
 from .producer_state import AbortedTxn
 from .record import (
     CONTROL_NONE,
@@ -518,7 +519,8 @@ class SegmentWriter:
     """Streams rows into a new sealed segment at ``path`` (a temporary name the caller renames later).
     The footer metadata is written by :meth:`close`, which also fsyncs the file."""
 
-    def __init__(self, path: str, base_offset: int, compression: str = "snappy", background: bool = False) -> None:
+    def __init__(self, path: str, base_offset: int, compression: str = "snappy", background: bool = False,
+                 newest_first: bool = False) -> None:
         self.path = path
         self.base_offset = base_offset
         self.record_count = 0
@@ -531,6 +533,10 @@ class SegmentWriter:
         # Small writes (a cleaner filters row group by row group) are gathered into full row groups.
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        # newest_first=True: each write holds rows older than every earlier write (each in offset order), so
+        # row groups are written newest first and :meth:`close` reverses the footer's list of them
+        # (:func:`.parquet_footer.reverse_row_groups`): the file then reads oldest first, as any segment.
+        self._newest_first = newest_first
         # background=True encodes and writes each row group on a thread of its own while the caller prepares
         # the next one (at most one row group in flight).
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="compactlog-write") if background else None
@@ -543,7 +549,7 @@ class SegmentWriter:
         if table.schema != SCHEMA:
             table = table.cast(SCHEMA)
         timestamps = table.column(1)
-        if self.record_count == 0:
+        if self.record_count == 0 or self._newest_first:
             self.first_timestamp = timestamps[0].as_py()
         self.max_timestamp = max(self.max_timestamp, pa.compute.max(timestamps).as_py())
         self.control_count += pa.compute.sum(pa.compute.not_equal(table.column(9), CONTROL_NONE)).as_py() or 0
@@ -553,15 +559,36 @@ class SegmentWriter:
         if self._pending_rows >= ROW_GROUP_ROWS:
             self._write_pending()
 
-    def _write_pending(self) -> None:
-        if self._pending:
+    def _write_pending(self, final: bool = False) -> None:
+        if not self._pending:
+            return
+        if not self._newest_first:
             table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
             self._pending, self._pending_rows = [], 0
-            if self._encoder is None:
+            self._encode([table])
+            return
+        # Whole row groups cut from the newest end, newest first; the oldest rows short of a whole row group
+        # wait for older ones (or close).
+        table = pa.concat_tables(reversed(self._pending)) if len(self._pending) > 1 else self._pending[0]
+        keep = 0 if final else table.num_rows % ROW_GROUP_ROWS
+        self._pending = [table.slice(0, keep)] if keep else []
+        self._pending_rows = keep
+        starts = [max(keep, end - ROW_GROUP_ROWS) for end in range(table.num_rows, keep, -ROW_GROUP_ROWS)]
+        self._encode([table.slice(start, min(ROW_GROUP_ROWS, end - start))
+                      for start, end in zip(starts, [table.num_rows, *starts], strict=False)])
+
+    def _encode(self, tables: list[pa.Table]) -> None:
+        """Write ``tables`` in order, each a row group (oldest first: split into whole row groups)."""
+
+        def write() -> None:
+            for table in tables:
                 self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-                return
-            self._wait()
-            self._in_flight = self._encoder.submit(self._writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
+
+        if self._encoder is None:
+            write()
+            return
+        self._wait()
+        self._in_flight = self._encoder.submit(write)
 
     def _wait(self) -> None:
         if self._in_flight is not None:
@@ -577,7 +604,7 @@ class SegmentWriter:
                 self._encoder = None
 
     def close(self, next_offset: int, aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
-        self._write_pending()
+        self._write_pending(final=True)
         self._stop()
         metadata = {
             "base_offset": self.base_offset, "next_offset": next_offset, "record_count": self.record_count,
@@ -589,6 +616,8 @@ class SegmentWriter:
             [[a.producer_id, a.first_offset, a.last_offset] for a in sorted(aborted, key=lambda a: a.last_offset)])
         self._writer.add_key_value_metadata(footer)
         self._writer.close()
+        if self._newest_first:
+            reverse_row_groups(self.path)
         fsync_path(self.path)
         segment = SealedSegment.open(self.path, self.base_offset)
         self.bytes_written = segment.meta.size_bytes

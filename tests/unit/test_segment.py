@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compactlog import CorruptSegmentError
 from compactlog import segment as segment_module
@@ -268,6 +270,38 @@ def test_segment_writer_streams_batches(tmp_path: Path) -> None:
     assert offsets_of(sealed.read()) == [0, 1, 4]
     assert (sealed.meta.first_timestamp, sealed.meta.max_timestamp) == (50, 60)
     assert writer.bytes_written == sealed.meta.size_bytes
+
+
+@pytest.mark.parametrize("background", [False, True])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=30), st.integers(1, 7))
+def test_a_segment_written_newest_first_is_the_segment_written_oldest_first(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, background: bool,
+        sizes: list[int], row_group_rows: int) -> None:
+    """Writes of older and older rows (the single-pass cleaner's order) make a file that reads oldest first,
+    with the same footer metadata, and whole row groups but for the oldest."""
+    monkeypatch.setattr(segment_module, "ROW_GROUP_ROWS", row_group_rows)
+    tmp = tmp_path_factory.mktemp("w")
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    total = sum(sizes)
+    timestamps = [1000 - 3 * o if o % 4 else 500 + o for o in range(total)]
+    parts = [batch(list(range(s, s + n)), timestamps[s:s + n], controls=n // 3)
+             for s, n in zip(starts, sizes, strict=True)]
+    oldest = SegmentWriter(str(tmp / "old.parquet"), 0)
+    newest = SegmentWriter(str(tmp / "new.parquet"), 0, background=background, newest_first=True)
+    for part in parts:
+        oldest.write(part)
+    for part in reversed(parts):
+        newest.write(part)
+    a, b = oldest.close(total), newest.close(total)
+    assert b.read().equals(a.read())
+    assert (b.meta.record_count, b.meta.control_count, b.meta.first_timestamp, b.meta.max_timestamp) == \
+        (a.meta.record_count, a.meta.control_count, a.meta.first_timestamp, a.meta.max_timestamp)
+    metadata = pq.read_metadata(tmp / "new.parquet")
+    groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert all(n == row_group_rows for n in groups[1:]) and sum(groups) == total
+    firsts = [metadata.row_group(i).column(0).statistics.min for i in range(metadata.num_row_groups)]
+    assert firsts == sorted(firsts)
 
 
 def test_write_sealed_removes_the_file_when_writing_fails(tmp_path: Path) -> None:

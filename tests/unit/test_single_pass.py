@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
+from compactlog import segment as segment_module
 from compactlog.cleaner import cleaner, single_pass
 from support import FakeClock
 
@@ -36,12 +37,16 @@ def snapshot(store: compactlog.Store) -> list[dict[str, Any]]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ROUNDS, st.integers(1, 3), st.booleans())
+@given(ROUNDS, st.integers(1, 3), st.booleans(), st.sampled_from([1, 2, 5, 1 << 17]), st.sampled_from([1, 3, 1 << 16]))
 def test_single_pass_keeps_what_two_passes_keep(tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch,
                                                rounds: list[list[list[tuple[bytes | None, bool]]]],
-                                               group_size: int, one_core: bool) -> None:
-    """Also with every step of a round on one thread (``one_core``, for rounds side by side on Spark)."""
+                                               group_size: int, one_core: bool, row_group_rows: int,
+                                               batch_rows: int) -> None:
+    """Also with every step of a round on one thread (``one_core``, for rounds side by side on Spark), and
+    with row groups and batches of a few rows (cleaned files of many row groups, written newest first)."""
     monkeypatch.setattr(cleaner, "run_in_process", lambda task: RUN_IN_PROCESS(task, one_core))
+    monkeypatch.setattr(segment_module, "ROW_GROUP_ROWS", row_group_rows)
+    monkeypatch.setattr(single_pass, "BATCH_ROWS", batch_rows)
     clock = FakeClock(1_000_000)
     stores = []
     for name in ("single", "double"):

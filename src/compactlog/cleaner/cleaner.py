@@ -43,6 +43,7 @@ from .kernel import (
     map_entries,
     transaction_facts,
 )
+from .memory_pool import round_memory_pool
 from .plan import (
     CleanerStats,
     CleaningPolicy,
@@ -233,26 +234,27 @@ def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, 
     that run side by side, one per core (Spark tasks filling every slot), whose threads would only compete
     for the cores and their caches (measured, two 5M-record rounds at once on two cores: 2.4-2.9 s each as
     processes pinned to a core apiece, 3.0-3.7 s with their threads free)."""
-    pool = pa.default_memory_pool()
-    one_read = clean_newest_first(task, one_core)
-    if one_read is not None:
-        return one_read
-    mapped = build_offset_map(task, one_core=one_core)
-    pool.release_unused()
-    results: list[GroupResult] = []
-    try:
-        for batch in lookup_batches(groups_to_clean(task, mapped.end_offset)):
-            # Segments the map phase did not number (the clean section) are looked up a batch at a time.
-            unmapped = [s for group in batch for s in group if s.base_offset not in mapped.entries]
-            entries = ({**mapped.entries, **map_entries(mapped.offset_map, unmapped)} if unmapped
-                       else mapped.entries)
-            for group in batch:
-                results.append(clean_group(task, group, mapped.offset_map, entries, one_core))
-                pool.release_unused()
-    except BaseException:
-        discard(results)
-        raise
-    return mapped, results
+    with round_memory_pool():
+        pool = pa.default_memory_pool()
+        one_read = clean_newest_first(task, one_core)
+        if one_read is not None:
+            return one_read
+        mapped = build_offset_map(task, one_core=one_core)
+        pool.release_unused()
+        results: list[GroupResult] = []
+        try:
+            for batch in lookup_batches(groups_to_clean(task, mapped.end_offset)):
+                # Segments the map phase did not number (the clean section) are looked up a batch at a time.
+                unmapped = [s for group in batch for s in group if s.base_offset not in mapped.entries]
+                entries = ({**mapped.entries, **map_entries(mapped.offset_map, unmapped)} if unmapped
+                           else mapped.entries)
+                for group in batch:
+                    results.append(clean_group(task, group, mapped.offset_map, entries, one_core))
+                    pool.release_unused()
+        except BaseException:
+            discard(results)
+            raise
+        return mapped, results
 
 
 def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,

@@ -10,8 +10,9 @@ record: the same map, the same end offset (the end of the dirty section), the sa
 Order of work: the groups of a round (:func:`.kernel.groups_to_clean`) newest first, and in each group
 batches of row groups newest first. Each batch's records enter the map with :meth:`.OffsetMap.put_older`
 (records of the clean section, older than the whole dirty section, are only looked up). A batch's
-surviving rows are spilled to an unnamed temporary file (Arrow IPC, gone with the process if it dies); when
-the group is done they are read back oldest first into its ``.cleaned`` file.
+surviving rows go straight to the group's ``.cleaned`` file, whose row groups are therefore written newest
+first; closing it reverses the footer's list of row groups (:mod:`compactlog.parquet_footer`), so the file
+reads oldest first like any segment. Nothing is spilled and nothing is written twice.
 
 When the keys do not fit, the round is given up (its ``.cleaned`` files removed) and the caller runs the
 two-pass kernel, which fills the map oldest first as Kafka does and cleans as far as it reached. The map
@@ -21,17 +22,13 @@ is full before anything is installed, so giving up loses nothing.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO
 
 import numpy as np
 import pyarrow as pa
 
-from ..record import SCHEMA
 from ..segment import SegmentWriter
 from .kernel import (
     CleanTask,
@@ -48,7 +45,7 @@ from .kernel import (
 from .offset_map import OffsetMap
 from .swap import discard
 
-BATCH_ROWS = 1 << 17  # rows of a group read together (newest first) and put into the map in one step
+BATCH_ROWS = 1 << 16  # rows of a group read together (newest first) and put into the map in one step
 
 
 class MapFull(Exception):
@@ -58,10 +55,10 @@ class MapFull(Exception):
 def clean_newest_first(task: CleanTask, one_core: bool = False) -> tuple[MapResult, list[GroupResult]] | None:
     """The whole round in one read, or None (nothing written) when the dirty section's keys do not fit.
 
-    A group's spilled rows are written to its ``.cleaned`` file on a thread of its own while the next
-    (older) group is read. ``one_core``: every step waited for as soon as it is handed over, so one thread
-    works at a time (for a round that shares the machine with as many other rounds as there are cores: its
-    threads would only compete)."""
+    A group's ``.cleaned`` file is closed (its last row group encoded, its footer written and reversed, the
+    file fsynced) on a thread of its own while the next (older) group is read. ``one_core``: every step
+    waited for as soon as it is handed over, so one thread works at a time (for a round that shares the
+    machine with as many other rounds as there are cores: its threads would only compete)."""
     dirty = task.dirty_segments()
     if not dirty:
         return None
@@ -73,8 +70,8 @@ def clean_newest_first(task: CleanTask, one_core: bool = False) -> tuple[MapResu
     with ThreadPoolExecutor(1, thread_name_prefix="compactlog-finish") as finisher:
         try:
             for group in reversed(groups_to_clean(task, end_offset)):
-                spilled = _spill_group(task, group, offset_map, one_core)
-                written.append(finisher.submit(_write_group, task, group, spilled, one_core))
+                cleaning = _clean_group(task, group, offset_map, one_core)
+                written.append(finisher.submit(_finish_group, task, group, cleaning))
                 if one_core:
                     written[-1].result()
             results = [future.result() for future in reversed(written)]
@@ -141,11 +138,10 @@ def _entries(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarra
 
 
 @dataclass
-class _Spilled:
-    """A group's surviving rows in an unnamed temporary file, newest batch first, and their counts."""
+class _Cleaning:
+    """A group being cleaned: the writer of its ``.cleaned`` file (newest first) and what was counted."""
 
-    file: IO[bytes]
-    spans: list[tuple[int, int]]  # (first record batch, count) of each batch of the group, newest first
+    writer: SegmentWriter
     read: int = 0
     written: int = 0
     invalid: int = 0
@@ -153,30 +149,26 @@ class _Spilled:
     abort_markers: set[int] = field(default_factory=set)
 
 
-def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> _Spilled:
-    """Read the group newest first and spill what survives. Three threads share the work of a batch: one
-    reads it (:func:`.kernel.prefetched`), this one puts it into the map, and a third decides and spills its
-    rows while this one maps the next batch (the map only grows, and entries it has given out keep their
-    offsets, so deciding a batch needs nothing of the batches after it)."""
-    # The file passes to _write_group, which closes it (or it is closed here on failure).
-    spilled = _Spilled(tempfile.TemporaryFile(dir=task.directory, prefix=".compactlog-spill-"), [])  # noqa: SIM115
+def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> _Cleaning:
+    """Read the group newest first and write what survives. Four threads share the work of a batch: one
+    reads it (:func:`.kernel.prefetched`), this one puts it into the map, a third decides its rows while
+    this one maps the next batch (the map only grows, and entries it has given out keep their offsets, so
+    deciding a batch needs nothing of the batches after it), and the writer's own thread encodes them."""
+    writer = SegmentWriter(fresh_cleaned_path(task, group[0].base_offset), group[0].base_offset, task.compression,
+                           background=not one_core, newest_first=True)
+    cleaning = _Cleaning(writer)
     try:
-        with _native(spilled.file, "w") as native, pa.ipc.new_file(native, SCHEMA) as sink, \
-                ThreadPoolExecutor(1, thread_name_prefix="compactlog-rewrite") as rewriter, \
+        with ThreadPoolExecutor(1, thread_name_prefix="compactlog-rewrite") as rewriter, \
                 contextlib.closing(_batches(task, group, one_core)) as batches:
 
             def rewrite(batch: _Batch, found: np.ndarray) -> None:
-                spilled.read += batch.table.num_rows
+                cleaning.read += batch.table.num_rows
                 kept = rewrite_rows(task, batch.table, offset_map, None, found)
-                spilled.invalid += kept.invalid
-                spilled.stamped += kept.stamped
-                spilled.written += kept.rows.num_rows
-                spilled.abort_markers.update(kept.abort_markers)
-                if kept.rows.num_rows:
-                    record_batches = (kept.rows.cast(SCHEMA) if kept.rows.schema != SCHEMA else kept.rows).to_batches()
-                    spilled.spans.append((sum(count for _, count in spilled.spans), len(record_batches)))
-                    for record_batch in record_batches:
-                        sink.write_batch(record_batch)
+                cleaning.invalid += kept.invalid
+                cleaning.stamped += kept.stamped
+                cleaning.written += kept.rows.num_rows
+                cleaning.abort_markers.update(kept.abort_markers)
+                writer.write(kept.rows)
 
             in_flight: Future[None] | None = None
             try:
@@ -194,36 +186,18 @@ def _spill_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
                 if in_flight is not None:
                     in_flight.result()
     except BaseException:
-        spilled.file.close()
+        writer.abort()
         raise
-    return spilled
+    return cleaning
 
 
-def _native(file: IO[bytes], mode: str) -> pa.NativeFile:
-    """The unnamed spill file as an Arrow file (opened again through ``/proc/self/fd`` where there is one),
-    so batches cross between Arrow's memory pool and the file without passing through Python objects, which
-    would leave the memory they held to the C allocator."""
-    fd_path = f"/proc/self/fd/{file.fileno()}"
-    if os.path.exists(fd_path):
-        return pa.OSFile(fd_path, mode)
-    return pa.PythonFile(file, mode)
-
-
-def _write_group(task: CleanTask, group: Sequence[SegmentFile], spilled: _Spilled, one_core: bool) -> GroupResult:
-    """Write a group's spilled rows, oldest first, to ``<first base>.parquet.cleaned`` (fsynced)."""
-    base = group[0].base_offset
-    with spilled.file, _native(spilled.file, "r") as native:
-        cleaned = fresh_cleaned_path(task, base)
-        reader = pa.ipc.open_file(native)
-        writer = SegmentWriter(cleaned, base, task.compression, background=not one_core)
-        try:
-            for first, count in reversed(spilled.spans):
-                for index in range(first, first + count):
-                    writer.write(reader.get_batch(index))
-            sealed = writer.close(group[-1].next_offset, aborted_index(task, group, spilled.abort_markers))
-        except BaseException:
-            writer.abort()
-            raise
-    return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), spilled.read,
-                       spilled.written, sum(s.size_bytes for s in group), sealed.meta.size_bytes, spilled.invalid,
-                       spilled.stamped)
+def _finish_group(task: CleanTask, group: Sequence[SegmentFile], cleaning: _Cleaning) -> GroupResult:
+    """Close a group's ``.cleaned`` file: footer (row groups put oldest first) and fsync."""
+    try:
+        sealed = cleaning.writer.close(group[-1].next_offset, aborted_index(task, group, cleaning.abort_markers))
+    except BaseException:
+        cleaning.writer.abort()
+        raise
+    return GroupResult(group[0].base_offset, group[-1].next_offset, cleaning.writer.path,
+                       tuple(s.base_offset for s in group), cleaning.read, cleaning.written,
+                       sum(s.size_bytes for s in group), sealed.meta.size_bytes, cleaning.invalid, cleaning.stamped)
