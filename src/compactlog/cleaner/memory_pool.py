@@ -15,10 +15,11 @@ is left as it is.
 Decay: the pool keeps what a round frees for the round to reuse (jemalloc's decay is turned off before its
 arenas are made), and when the last round ends it hands everything unused back to the OS at once. Returning
 memory while a round runs (jemalloc's time-based decay) costs a page fault for every page taken again, and
-faults are dear on virtual machines (on this one, a nested VM, a round spent a quarter of its time in the
-kernel). Measured, 8 partitions of 2M records cleaned one core each: one process 5.3-5.4 s against 5.8-6.1 s
-with the decay, two processes side by side 1.74-1.80x one process against 1.41-1.73x; the peak RSS of a
-round is the same either way, since the memory is reused.
+faults are dear on virtual machines (on this one, a nested VM, a one-core round of 2M records spent
+0.12-0.31 s of its 0.8-0.9 s in the kernel with the decay, 0.10-0.16 s without). Measured, 8 partitions of
+2M records cleaned one core each: one process 5.3-5.4 s against 5.8-6.1 s with the decay, two processes
+side by side 1.74-1.80x one process against 1.41-1.73x; the peak RSS of a round is about the same either
+way, since the memory is reused.
 """
 
 from __future__ import annotations
