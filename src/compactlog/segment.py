@@ -20,7 +20,8 @@ A partition directory holds segments named by their base offset, zero-padded to 
   ``compactlog.max_timestamp``, and ``compactlog.aborted``, the segment's transaction index: a JSON list
   of ``[producer id, first offset, ABORT marker offset]`` for the aborted transactions whose marker lies
   in the segment (Kafka's ``.txnindex``); rows are in offset order, so row-group statistics on ``offset`` and
-  ``timestamp`` let a seek read only the row groups it needs.
+  ``timestamp`` let a seek read only the row groups it needs. (The footer lists the row groups in offset
+  order; in a file the single-pass cleaner wrote, their bytes lie newest first: :mod:`.parquet_footer`.)
 
 Suffixes of files in transit (Kafka's): ``.cleaned`` (cleaner output being written), ``.swap`` (output
 ready to replace old segments), ``.deleted`` (replaced, awaiting ``file.delete.delay.ms``) and ``.sealing``
