@@ -59,16 +59,17 @@ def test_a_clean_runs_its_round_in_the_jemalloc_pool(tmp_path: Any, monkeypatch:
     assert {r.key: r.value for r in store.read("t", 0)} == {b"a": b"2", b"b": b"3"}
 
 
-def test_decay_is_turned_off_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Freed memory stays with the pool while rounds run (no page faults to take it again); jemalloc's
-    decay setting applies to arenas made afterwards, so it is set once, before the first round."""
+def test_decay_is_set_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Freed memory stays with the pool long enough for a round to reuse it (no page faults to take it
+    again); jemalloc's decay setting applies to arenas made afterwards, so it is set once, before the first
+    round."""
     jemalloc_or_skip()
     from compactlog.cleaner import memory_pool
 
     calls: list[int] = []
-    monkeypatch.setattr(memory_pool, "_decay_off", False)
+    monkeypatch.setattr(memory_pool, "_decay_set", False)
     monkeypatch.setattr(pa, "jemalloc_set_decay_ms", calls.append)
     for _ in range(2):
         with round_memory_pool(), round_memory_pool():
             pass
-    assert calls == [-1]
+    assert calls == [memory_pool.ROUND_DECAY_MS]

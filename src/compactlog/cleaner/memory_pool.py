@@ -12,14 +12,17 @@ runs, and what it was before once none does. Buffers always go back to the pool 
 threads of the process allocating meanwhile lose nothing. Without a jemalloc build of Arrow the default pool
 is left as it is.
 
-Decay: the pool keeps what a round frees for the round to reuse (jemalloc's decay is turned off before its
-arenas are made), and when the last round ends it hands everything unused back to the OS at once. Returning
-memory while a round runs (jemalloc's time-based decay) costs a page fault for every page taken again, and
-faults are dear on virtual machines (on this one, a nested VM, a one-core round of 2M records spent
-0.12-0.31 s of its 0.8-0.9 s in the kernel with the decay, 0.10-0.16 s without). Measured, 8 partitions of
-2M records cleaned one core each: one process 5.3-5.4 s against 5.8-6.1 s with the decay, two processes
-side by side 1.74-1.80x one process against 1.41-1.73x; the peak RSS of a round is about the same either
-way, since the memory is reused.
+Decay: freed memory stays with the pool for ROUND_DECAY_MS (jemalloc's decay, set before jemalloc makes
+its arenas), long enough for a round to reuse it, and goes back to the OS when rounds stop (measured, a
+process of 124 MiB before a 5M-record round: 318-366 MiB right after it, 151-197 MiB twelve seconds later,
+idle). Returning memory while a round runs (the
+default decay, a second) costs a page fault for every page taken again, and faults are dear on virtual
+machines (on this one, a nested VM, a one-core round of 2M records spent 0.12-0.31 s of its 0.8-0.9 s in
+the kernel with the default decay, 0.10-0.16 s with none). Measured, 8 partitions of 2M records cleaned one
+core each: one process 5.3-5.4 s against 5.8-6.1 s with the default decay, two processes side by side
+1.74-1.80x one process against 1.41-1.73x (with no decay; later runs with a 10 s decay matched it, within
+this VM's noise). Jemalloc's purge on demand (``release_unused``) returned nothing measurable, so the decay
+is what hands memory back. The peak RSS of a round is about the same either way, since the memory is reused.
 """
 
 from __future__ import annotations
@@ -33,15 +36,16 @@ import pyarrow as pa
 _lock = threading.Lock()
 _rounds = 0  # rounds of this process running now
 _before: pa.MemoryPool | None = None  # the default pool when the first of them started
-_decay_off = False
+_decay_set = False
+ROUND_DECAY_MS = 10_000  # how long freed memory stays with the pool (see the module docstring)
 
 
-def _no_decay() -> None:
-    """Turn jemalloc's decay off, once per process (it applies to the arenas jemalloc makes from then on)."""
-    global _decay_off
-    if not _decay_off:
-        pa.jemalloc_set_decay_ms(-1)
-        _decay_off = True
+def _set_decay() -> None:
+    """Set jemalloc's decay, once per process (it applies to the arenas jemalloc makes from then on)."""
+    global _decay_set
+    if not _decay_set:
+        pa.jemalloc_set_decay_ms(ROUND_DECAY_MS)
+        _decay_set = True
 
 
 @contextlib.contextmanager
@@ -55,7 +59,7 @@ def round_memory_pool() -> Iterator[None]:
         return
     with _lock:
         if _rounds == 0:
-            _no_decay()
+            _set_decay()
             _before = pa.default_memory_pool()
             pa.set_memory_pool(pool)
         _rounds += 1
@@ -67,4 +71,3 @@ def round_memory_pool() -> Iterator[None]:
             if _rounds == 0 and _before is not None:
                 pa.set_memory_pool(_before)
                 _before = None
-                pool.release_unused()  # what the rounds freed goes back to the OS, once
