@@ -563,20 +563,24 @@ class SegmentWriter:
     def _write_pending(self, final: bool = False) -> None:
         if not self._pending:
             return
+        pending = list(reversed(self._pending)) if self._newest_first else self._pending
+        table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
         if not self._newest_first:
-            table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
             self._pending, self._pending_rows = [], 0
             self._encode([table])
             return
         # Whole row groups cut from the newest end, newest first; the oldest rows short of a whole row group
         # wait for older ones (or close).
-        table = pa.concat_tables(reversed(self._pending)) if len(self._pending) > 1 else self._pending[0]
         keep = 0 if final else table.num_rows % ROW_GROUP_ROWS
         self._pending = [table.slice(0, keep)] if keep else []
         self._pending_rows = keep
-        starts = [max(keep, end - ROW_GROUP_ROWS) for end in range(table.num_rows, keep, -ROW_GROUP_ROWS)]
-        self._encode([table.slice(start, min(ROW_GROUP_ROWS, end - start))
-                      for start, end in zip(starts, [table.num_rows, *starts], strict=False)])
+        groups = []
+        end = table.num_rows
+        while end > keep:
+            start = max(keep, end - ROW_GROUP_ROWS)
+            groups.append(table.slice(start, end - start))
+            end = start
+        self._encode(groups)
 
     def _encode(self, tables: list[pa.Table]) -> None:
         """Write ``tables`` in order, each a row group (oldest first: split into whole row groups)."""
