@@ -408,20 +408,6 @@ typedef struct {
     int have_records, have_entries, entered;
 } Call;
 
-/* Take a call's buffers (records, entries: NULL or None when not given) and the table; 0 with an error set
- * otherwise. end_call() releases whatever was taken. */
-static int begin_call(KeyTable *t, Call *c, PyObject *offsets, PyObject *data, PyObject *records, PyObject *entries) {
-    c->have_records = c->have_entries = c->entered = 0;
-    if (!get_keys(offsets, data, &c->b, &c->k))
-        return 0;
-    if (records && !(c->have_records = get_array(records, &c->records, 8, c->k.rows, 0, "record offsets")))
-        return 0;
-    if (entries && entries != Py_None &&
-        !(c->have_entries = get_array(entries, &c->entries, 4, c->k.rows, 1, "entries")))
-        return 0;
-    return c->entered = enter(t);
-}
-
 static void end_call(KeyTable *t, Call *c) {
     if (c->entered)
         t->busy = 0;
@@ -432,19 +418,35 @@ static void end_call(KeyTable *t, Call *c) {
     release_keys(&c->b);
 }
 
+/* Take a call's buffers (records, entries: NULL or None when not given; `needs_entries`, when not NULL, is
+ * the error for entries of None) and the table; 0 with an error set and nothing held otherwise. end_call()
+ * releases what a successful call took. */
+static int begin_call(KeyTable *t, Call *c, PyObject *offsets, PyObject *data, PyObject *records, PyObject *entries,
+                      const char *needs_entries) {
+    c->have_records = c->have_entries = c->entered = 0;
+    c->b.have_offsets = c->b.have_data = 0;
+    if (needs_entries && entries == Py_None) {
+        PyErr_SetString(PyExc_ValueError, needs_entries);
+        return 0;
+    }
+    if (!get_keys(offsets, data, &c->b, &c->k) ||
+        (records && !(c->have_records = get_array(records, &c->records, 8, c->k.rows, 0, "record offsets"))) ||
+        (entries && entries != Py_None &&
+         !(c->have_entries = get_array(entries, &c->entries, 4, c->k.rows, 1, "entries"))) ||
+        !(c->entered = enter(t))) {
+        end_call(t, c);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *KeyTable_find(KeyTable *t, PyObject *args) {
     PyObject *offsets, *data, *out;
     if (!PyArg_ParseTuple(args, "OOO", &offsets, &data, &out))
         return NULL;
-    if (out == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "find needs an entries array");
-        return NULL;
-    }
     Call c;
-    if (!begin_call(t, &c, offsets, data, NULL, out)) {
-        end_call(t, &c);
+    if (!begin_call(t, &c, offsets, data, NULL, out, "find needs an entries array"))
         return NULL;
-    }
     const Keys *k = &c.k;
     int32_t *found = c.entries.buf;
     Py_BEGIN_ALLOW_THREADS
@@ -481,15 +483,10 @@ static PyObject *put(KeyTable *t, PyObject *args, int mode) {
     long long room, overhead;
     if (!PyArg_ParseTuple(args, "OOOOLL", &offsets, &data, &record_offsets, &out, &room, &overhead))
         return NULL;
-    if (out == Py_None && mode == PUT_MAX) {
-        PyErr_SetString(PyExc_ValueError, "put_max needs an entries array");
-        return NULL;
-    }
     Call c;
-    if (!begin_call(t, &c, offsets, data, record_offsets, out)) {
-        end_call(t, &c);
+    if (!begin_call(t, &c, offsets, data, record_offsets, out,
+                    mode == PUT_MAX ? "put_max needs an entries array" : NULL))
         return NULL;
-    }
     const Keys *k = &c.k;
     const int64_t *record = c.records.buf;
     int32_t *entry_of = c.have_entries ? c.entries.buf : NULL;
