@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import from_numpy, repeat, to_numpy
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
 from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA, header_bytes
@@ -144,12 +145,7 @@ def _encode_ahead(batches: list[pa.RecordBatch], omitted: int) -> Iterator[tuple
 
 def _int64s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """An integer column without nulls as a numpy int64 array."""
-    if isinstance(column, pa.ChunkedArray):
-        if column.num_chunks == 1:
-            column = column.chunk(0)
-        else:
-            column = column.combine_chunks() if column.num_chunks else pa.array([], pa.int64())
-    return column.to_numpy().astype(np.int64, copy=False)
+    return to_numpy(column).astype(np.int64, copy=False)
 
 
 class Log:
@@ -419,7 +415,7 @@ class Log:
             config = self._config()
             n = table.num_rows
             if config.message_timestamp_type == "LogAppendTime":
-                table = table.set_column(1, SCHEMA.field(1), pa.repeat(pa.scalar(now, pa.int64()), n))
+                table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
             first_offset = self.active.next_offset
             omitted = omitted_columns(table)
             frames = self._plan_frames(table, omitted, config.segment_bytes, config.roll_ms)
@@ -451,10 +447,10 @@ class Log:
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
             sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT32_MAX + 1)
-            for name, values in (("producer_id", pa.repeat(pa.scalar(producer_id, pa.int64()), n)),
-                                 ("producer_epoch", pa.repeat(pa.scalar(epoch, pa.int16()), n)),
-                                 ("sequence", pa.array(sequences.astype(np.int32))),
-                                 ("is_transactional", pa.repeat(pa.scalar(transactional), n))):
+            for name, values in (("producer_id", repeat(producer_id, pa.int64(), n)),
+                                 ("producer_epoch", repeat(epoch, pa.int16(), n)),
+                                 ("sequence", from_numpy(sequences.astype(np.int32))),
+                                 ("is_transactional", repeat(transactional, pa.bool_(), n))):
                 index = SCHEMA.get_field_index(name)
                 rows = rows.set_column(index, SCHEMA.field(index), values)
             first, now = self.append(rows, flush=flush)
@@ -692,9 +688,10 @@ def _aborted_in(segment: ActiveSegment) -> list[AbortedTxn]:
     offset is the producer's first transactional offset seen in the segment, or the segment's base)."""
     table = segment.to_table().select(PRODUCER_COLUMNS)
     found = ProducerStateManager().apply(table)
-    markers = table.filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
+    abort = to_numpy(table.column("control_type")) == CONTROL_ABORT
     known = {a.last_offset for a in found}
-    pairs = zip(markers.column("offset").to_pylist(), markers.column("producer_id").to_pylist(), strict=True)
+    pairs = zip(to_numpy(table.column("offset"))[abort].tolist(), to_numpy(table.column("producer_id"))[abort].tolist(),
+                strict=True)
     for offset, pid in pairs:
         if offset not in known:
             found.append(AbortedTxn(pid, segment.base_offset, offset))
@@ -710,12 +707,11 @@ def _with_filter_columns(columns: list[str] | None) -> list[str] | None:
 def _finish(table: pa.Table, columns: list[str] | None, include_control: bool,
             control_count: int) -> pa.Table:
     if not include_control and control_count:
-        table = table.filter(pc.equal(table.column("control_type"), CONTROL_NONE))
+        table = table.filter(from_numpy(to_numpy(table.column("control_type")) == CONTROL_NONE))
     return table.select(columns) if columns is not None else table
 
 
 def _first_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
-    mask = pc.and_(pc.greater_equal(table.column("timestamp"), timestamp_ms),
-                   pc.equal(table.column("control_type"), CONTROL_NONE))
-    hits = table.column("offset").filter(mask)
-    return hits[0].as_py() if len(hits) else None
+    hits = np.flatnonzero((to_numpy(table.column("timestamp")) >= timestamp_ms)
+                          & (to_numpy(table.column("control_type")) == CONTROL_NONE))
+    return int(to_numpy(table.column("offset"))[hits[0]]) if len(hits) else None

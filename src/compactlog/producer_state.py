@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .columns import to_numpy
 from .errors import OutOfOrderSequenceError, ProducerFencedError
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_PRODUCER_ID
 
@@ -127,16 +128,16 @@ class ProducerStateManager:
         """Update the state with appended rows (in offset order); returns the transactions they aborted."""
         if rows.num_rows == 0:
             return []
-        pids = rows.column("producer_id").to_numpy()
-        offsets = rows.column("offset").to_numpy()
+        pids = to_numpy(rows.column("producer_id"))
+        offsets = to_numpy(rows.column("offset"))
         self.next_offset = max(self.next_offset, int(offsets[-1]) + 1)
         if not (pids != NO_PRODUCER_ID).any():
             return []
-        epochs = rows.column("producer_epoch").to_numpy()
-        seqs = rows.column("sequence").to_numpy()
-        txn = np.asarray(rows.column("is_transactional").to_numpy(zero_copy_only=False), dtype=bool)
-        control = rows.column("control_type").to_numpy()
-        timestamps = rows.column("timestamp").to_numpy()
+        epochs = to_numpy(rows.column("producer_epoch"))
+        seqs = to_numpy(rows.column("sequence"))
+        txn = to_numpy(rows.column("is_transactional"))
+        control = to_numpy(rows.column("control_type"))
+        timestamps = to_numpy(rows.column("timestamp"))
         aborted: list[AbortedTxn] = []
         # Runs of consecutive rows of one producer: a batch (data) or a marker (control).
         change = np.flatnonzero((pids[1:] != pids[:-1]) | (control[1:] != control[:-1]) | (control[1:] >= 0))

@@ -33,6 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import from_numpy, repeat
+
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 NO_SEQUENCE = -1
@@ -176,7 +178,7 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
             raise InvalidRecordError(f"column 'timestamp' must be integer milliseconds, not {timestamp.type}")
         timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
     else:
-        timestamp = pa.repeat(pa.scalar(now_ms, pa.int64()), n)
+        timestamp = repeat(now_ms, pa.int64(), n)
     if "headers" in names:
         headers = table.column("headers")
         if headers.type != HEADER_TYPE:
@@ -209,7 +211,7 @@ def constant_column(value: object, type_: pa.DataType, n: int) -> pa.Array:
     if n > _CACHED_CONSTANT_ROWS:
         if value is None:
             return null_headers(n) if type_ == HEADER_TYPE else pa.nulls(n, type_)
-        return pa.repeat(pa.scalar(value, type_), n)
+        return repeat(value, type_, n)
     cached = _constants.get((value, type_))
     if cached is None:
         cached = constant_column(value, type_, _CACHED_CONSTANT_ROWS + 1)
@@ -220,8 +222,8 @@ def constant_column(value: object, type_: pa.DataType, n: int) -> pa.Array:
 def null_headers(n: int) -> pa.Array:
     """``n`` null header lists. Not ``pa.nulls``: that gives the nested children buffers of ``n`` entries,
     which Arrow IPC then writes out whole for every slice, so each frame would carry them."""
-    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], HEADER_TYPE.value_type),
-                                    type=HEADER_TYPE, mask=pa.array(np.ones(n, bool)))
+    return pa.ListArray.from_arrays(from_numpy(np.zeros(n + 1, np.int32)), pa.nulls(0, HEADER_TYPE.value_type),
+                                    type=HEADER_TYPE, mask=from_numpy(np.ones(n, bool)))
 
 
 def data_rows(timestamp: pa.Array | pa.ChunkedArray, key: pa.Array | pa.ChunkedArray,

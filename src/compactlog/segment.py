@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import ctypes
 import json
 import os
 import struct
@@ -39,11 +40,13 @@ import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .columns import from_numpy, to_numpy
 from .errors import CorruptSegmentError
 from .parquet_footer import reverse_row_groups
 from .producer_state import AbortedTxn
@@ -87,7 +90,12 @@ _CONTROL_BIT = 1 << SCHEMA.get_field_index("control_type")
 _ALL_COLUMNS = (1 << len(SCHEMA)) - 1
 _stored_schemas: dict[int, tuple[pa.Schema, list[int]]] = {}
 
-ROW_GROUP_ROWS = 131072
+# Rows per Parquet row group of a sealed segment (about 8-9 MB decoded with 100-byte values). A row group
+# is the unit the cleaner reads, maps, decides and encodes, and each step holds one, so this sets the
+# cleaner's working memory: 131072 rows took a 5M-record clean to 444 MiB peak RSS, 65536 to 367 MiB, at
+# the same speed within this machine's noise. Any engine reads row groups of this size well (DuckDB writes
+# 122,880 rows).
+ROW_GROUP_ROWS = 65536
 # Parquet writer settings. Statistics only where readers prune by them (offset and timestamp ranges, key
 # lookups by other engines); dictionary pages only for columns that are mostly constant. Offsets, keys and
 # values of a compacted segment are nearly all distinct, so a dictionary there is built only to be dropped.
@@ -151,7 +159,7 @@ def _holds_only(column: pa.Array | pa.ChunkedArray, default: object) -> bool:
         return all(_holds_only(chunk, default) for chunk in column.chunks)
     if isinstance(default, bool):
         return column.true_count == (len(column) if default else 0)
-    values = column.to_numpy()
+    values = to_numpy(column)
     return not len(values) or bool(values.min() == default == values.max())
 
 
@@ -196,8 +204,8 @@ def encode_stored(stored: pa.RecordBatch, omitted: int) -> tuple[bytes, pa.Buffe
     :func:`stored_columns` gives for ``omitted``). Written one after the other, the payload is never
     copied into a joined ``bytes``."""
     payload = stored.serialize()
-    offsets = stored.column(0).to_numpy()
-    timestamps = stored.column(1).to_numpy()
+    offsets = to_numpy(stored.column(0))
+    timestamps = to_numpy(stored.column(1))
     rest = struct.pack("<HHIqqqq", omitted, 0, stored.num_rows, offsets[0], offsets[-1], timestamps[0],
                        timestamps.max())
     crc = zlib.crc32(payload, zlib.crc32(rest))
@@ -344,7 +352,7 @@ class ActiveSegment:
         self.size = frame.position + frame.size
         self.record_count += frame.rows
         if batch is not None and not frame.omitted & _CONTROL_BIT:
-            controls = batch.column(batch.schema.get_field_index("control_type")).to_numpy()
+            controls = to_numpy(batch.column(batch.schema.get_field_index("control_type")))
             self.control_count += int(np.count_nonzero(controls != CONTROL_NONE))
         self.max_timestamp = max(self.max_timestamp, frame.max_timestamp)
 
@@ -418,9 +426,7 @@ def _slice_batch(batch: pa.RecordBatch, start_offset: int, end_offset: int | Non
 
 
 def _search_sorted(offsets: pa.Array, value: int) -> int:
-    import numpy as np
-
-    return int(np.searchsorted(offsets.to_numpy(), value, side="left"))
+    return int(np.searchsorted(to_numpy(offsets), value, side="left"))
 
 
 class SealedSegment:
@@ -501,18 +507,18 @@ class SealedSegment:
         """Rows with offsets in ``[start_offset, end_offset)``; the whole segment when both are None."""
         if (start_offset is None or start_offset <= self.base_offset) and (
                 end_offset is None or end_offset >= self.next_offset):
-            return pq.read_table(self.path, columns=columns)
+            return read_parquet(self.path, columns)
         start = start_offset if start_offset is not None else self.base_offset
         read_columns = columns if columns is None or "offset" in columns else ["offset", *columns]
         with pq.ParquetFile(self.path) as file:
             groups = self.row_groups_for_offsets(file, start, end_offset)
             table = file.read_row_groups(groups, columns=read_columns) if groups else (
                 SCHEMA.empty_table().select(read_columns) if read_columns else SCHEMA.empty_table())
-        offsets = table.column("offset")
-        mask = pa.compute.greater_equal(offsets, start)
+        offsets = to_numpy(table.column("offset"))
+        mask = offsets >= start
         if end_offset is not None:
-            mask = pa.compute.and_(mask, pa.compute.less(offsets, end_offset))
-        table = table.filter(mask)
+            mask &= offsets < end_offset
+        table = table.filter(from_numpy(mask))
         return table.select(columns) if columns is not None else table
 
 
@@ -552,8 +558,8 @@ class SegmentWriter:
         timestamps = table.column(1)
         if self.record_count == 0 or self._newest_first:
             self.first_timestamp = timestamps[0].as_py()
-        self.max_timestamp = max(self.max_timestamp, pa.compute.max(timestamps).as_py())
-        self.control_count += pa.compute.sum(pa.compute.not_equal(table.column(9), CONTROL_NONE)).as_py() or 0
+        self.max_timestamp = max(self.max_timestamp, int(to_numpy(timestamps).max()))
+        self.control_count += int(np.count_nonzero(to_numpy(table.column(9)) != CONTROL_NONE))
         self.record_count += table.num_rows
         self._pending.append(table)
         self._pending_rows += table.num_rows
@@ -588,6 +594,7 @@ class SegmentWriter:
         def write() -> None:
             for table in tables:
                 self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            start_writeback(self.path)
 
         if self._encoder is None:
             write()
@@ -652,6 +659,44 @@ def write_sealed(path: str, rows: pa.Table | list[pa.RecordBatch], base_offset: 
     except BaseException:
         writer.abort()
         raise
+
+
+def _sync_file_range() -> Any:  # the C function, or None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+_SYNC_FILE_RANGE = _sync_file_range()  # Linux; elsewhere the final fsync does all the writing back
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(path: str) -> None:
+    """Start writing the file's dirty pages to disk, without waiting (Linux's ``sync_file_range``, as
+    RocksDB's ``bytes_per_sync``): a segment written in row groups then reaches the disk while the rest of
+    it is encoded, and its closing fsync waits only for the last row group (measured on a 110 MB cleaned
+    segment: 1-2 ms instead of 50-60 ms at the end of a round). A hint only: durability is still the
+    fsync's; an error here is ignored."""
+    if _SYNC_FILE_RANGE is None:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        finally:
+            os.close(fd)
+
+
+def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file (or its ``columns``). Not ``pq.read_table``: that goes through
+    ``pyarrow.dataset``, whose import brings pandas in (see :mod:`compactlog.columns`)."""
+    with pq.ParquetFile(path) as file:
+        return file.read(columns=columns)
 
 
 def fsync_path(path: str) -> None:

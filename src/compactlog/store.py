@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from .checkpoint import CheckpointFile
+from .columns import from_numpy, to_numpy
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
 from .errors import (
     ConfigError,
@@ -414,12 +414,11 @@ class Store:
             return
         extra = [c for c in ("offset", "producer_id", "is_transactional", "control_type") if c not in columns]
         for table in log.read_tables(start_offset, end, columns=[*columns, *extra], include_control=True):
-            control = table.column("control_type").to_numpy() != CONTROL_NONE
+            control = to_numpy(table.column("control_type")) != CONTROL_NONE
             dropped = control | aborted_mask(
-                table.column("offset").to_numpy(), table.column("producer_id").to_numpy(),
-                np.asarray(table.column("is_transactional").to_numpy(zero_copy_only=False), dtype=bool),
-                control, aborted)
-            kept = table.filter(pa.array(~dropped)) if dropped.any() else table
+                to_numpy(table.column("offset")), to_numpy(table.column("producer_id")),
+                to_numpy(table.column("is_transactional")), control, aborted)
+            kept = table.filter(from_numpy(~dropped)) if dropped.any() else table
             if kept.num_rows:
                 yield kept.select(columns)
 

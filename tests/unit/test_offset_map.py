@@ -52,11 +52,11 @@ def test_offset_map_agrees_with_a_dict(hashing: str, alphabet: list[bytes],
         if kind == "older":
             backward -= size
             offsets = np.arange(backward, backward + size, dtype=np.int64)
-            entries = m.put_older(pa.array(keys, pa.binary()), offsets)
-            assert entries is not None
+            newest = m.put_older(pa.array(keys, pa.binary()), offsets)
+            assert newest is not None
             for key, offset in reversed(list(zip(keys, offsets.tolist(), strict=True))):  # newest first
                 model.setdefault(key, offset)
-            assert m.offsets_of(entries).tolist() == [model[k] for k in keys]
+            assert newest.tolist() == [model[k] for k in keys]
             continue
         offsets = np.arange(forward, forward + size, dtype=np.int64)
         forward += size
@@ -165,6 +165,13 @@ def test_the_table_refuses_buffers_that_do_not_match() -> None:
         table.find(np.array([0, 1], dtype=np.int32), b"abc", np.empty(2, dtype=np.int32))
     with pytest.raises(ValueError, match="int32 or int64"):
         table.find(np.array([0, 1], dtype=np.int16), b"abc", np.empty(1, dtype=np.int32))
+    with pytest.raises(ValueError, match="offsets must hold 1 items of 8 bytes"):
+        table.lookup(np.array([0, 1], dtype=np.int32), b"abc", np.empty(1, dtype=np.int32))
+    with pytest.raises(ValueError, match="lookup needs"):
+        table.lookup(np.array([0, 1], dtype=np.int32), b"abc", None)
+    with pytest.raises(ValueError, match="offsets must hold 1 items of 8 bytes"):
+        table.put_older(np.array([0, 1], dtype=np.int32), b"abc", np.zeros(1, np.int64), np.empty(1, np.int32),
+                        100, 32)
     with pytest.raises(ValueError, match="not an arena"):
         table.restore(b"\x00" * 20)
     assert len(table) == 0

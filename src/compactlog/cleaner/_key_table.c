@@ -419,10 +419,10 @@ static void end_call(KeyTable *t, Call *c) {
 }
 
 /* Take a call's buffers (records, entries: NULL or None when not given; `needs_entries`, when not NULL, is
- * the error for entries of None) and the table; 0 with an error set and nothing held otherwise. end_call()
- * releases what a successful call took. */
+ * the error for entries of None; `entry_size`: 4 for int32 entry handles, 8 for int64 offsets) and the
+ * table; 0 with an error set and nothing held otherwise. end_call() releases what a successful call took. */
 static int begin_call(KeyTable *t, Call *c, PyObject *offsets, PyObject *data, PyObject *records, PyObject *entries,
-                      const char *needs_entries) {
+                      const char *needs_entries, Py_ssize_t entry_size) {
     c->have_records = c->have_entries = c->entered = 0;
     c->b.have_offsets = c->b.have_data = 0;
     if (needs_entries && entries == Py_None) {
@@ -432,7 +432,8 @@ static int begin_call(KeyTable *t, Call *c, PyObject *offsets, PyObject *data, P
     if (!get_keys(offsets, data, &c->b, &c->k) ||
         (records && !(c->have_records = get_array(records, &c->records, 8, c->k.rows, 0, "record offsets"))) ||
         (entries && entries != Py_None &&
-         !(c->have_entries = get_array(entries, &c->entries, 4, c->k.rows, 1, "entries"))) ||
+         !(c->have_entries = get_array(entries, &c->entries, entry_size, c->k.rows, 1,
+                                       entry_size == 8 ? "offsets" : "entries"))) ||
         !(c->entered = enter(t))) {
         end_call(t, c);
         return 0;
@@ -440,32 +441,41 @@ static int begin_call(KeyTable *t, Call *c, PyObject *offsets, PyObject *data, P
     return 1;
 }
 
-static PyObject *KeyTable_find(KeyTable *t, PyObject *args) {
+/* find (want_offsets 0): each key's entry handle (int32); lookup (1): its newest offset (int64); -1 if absent. */
+static PyObject *find(KeyTable *t, PyObject *args, int want_offsets) {
     PyObject *offsets, *data, *out;
     if (!PyArg_ParseTuple(args, "OOO", &offsets, &data, &out))
         return NULL;
     Call c;
-    if (!begin_call(t, &c, offsets, data, NULL, out, "find needs an entries array"))
+    if (!begin_call(t, &c, offsets, data, NULL, out,
+                    want_offsets ? "lookup needs an offsets array" : "find needs an entries array",
+                    want_offsets ? 8 : 4))
         return NULL;
     const Keys *k = &c.k;
-    int32_t *found = c.entries.buf;
+    int32_t *entry_of = want_offsets ? NULL : c.entries.buf;
+    int64_t *offset_of = want_offsets ? c.entries.buf : NULL;
     Py_BEGIN_ALLOW_THREADS
-    if (t->count == 0) {
-        for (Py_ssize_t i = 0; i < k->rows; i++)
-            found[i] = -1;
-    } else {
-        Ahead ahead = {.keys = k, .backward = 0};
-        for (Py_ssize_t i = 0; i < k->rows; i++) {
+    Ahead ahead = {.keys = k, .backward = 0};
+    for (Py_ssize_t i = 0; i < k->rows; i++) {
+        int64_t e = -1;
+        if (t->count) {
             uint64_t h = visit(t, &ahead, i);
             int64_t a = key_at(k, i);
             uint64_t *slot;
-            found[i] = (int32_t)probe(t, h, k->data + a, key_at(k, i + 1) - a, &slot);
+            e = probe(t, h, k->data + a, key_at(k, i + 1) - a, &slot);
         }
+        if (offset_of)
+            offset_of[i] = e < 0 ? -1 : record_offset(t, e);
+        else
+            entry_of[i] = (int32_t)e;
     }
     Py_END_ALLOW_THREADS
     end_call(t, &c);
     Py_RETURN_NONE;
 }
+
+static PyObject *KeyTable_find(KeyTable *t, PyObject *args) { return find(t, args, 0); }
+static PyObject *KeyTable_lookup(KeyTable *t, PyObject *args) { return find(t, args, 1); }
 
 enum { PUT_LATEST, PUT_OLDER, PUT_MAX };
 
@@ -476,8 +486,9 @@ enum { PUT_LATEST, PUT_OLDER, PUT_MAX };
  *               newest row's offset and a key present keeps its own; all or nothing (-1: nothing changed).
  *   PUT_MAX:    distinct keys with offsets: a new key is added, a present key keeps the larger offset; all or
  *               nothing, as PUT_OLDER.
- * A new key costs its length plus `overhead` bytes of `room`. `entries` (int32, or None for PUT_LATEST and
- * PUT_OLDER) gets each row's entry handle. */
+ * A new key costs its length plus `overhead` bytes of `room`. The output array (None for PUT_LATEST and
+ * PUT_OLDER) gets, for PUT_LATEST and PUT_MAX, each row's entry handle (int32); for PUT_OLDER, the newest
+ * offset of each row's key (int64): the row's own offset exactly when the row is its key's newest. */
 static PyObject *put(KeyTable *t, PyObject *args, int mode) {
     PyObject *offsets, *data, *record_offsets, *out;
     long long room, overhead;
@@ -485,11 +496,12 @@ static PyObject *put(KeyTable *t, PyObject *args, int mode) {
         return NULL;
     Call c;
     if (!begin_call(t, &c, offsets, data, record_offsets, out,
-                    mode == PUT_MAX ? "put_max needs an entries array" : NULL))
+                    mode == PUT_MAX ? "put_max needs an entries array" : NULL, mode == PUT_OLDER ? 8 : 4))
         return NULL;
     const Keys *k = &c.k;
     const int64_t *record = c.records.buf;
-    int32_t *entry_of = c.have_entries ? c.entries.buf : NULL;
+    int32_t *entry_of = c.have_entries && mode != PUT_OLDER ? c.entries.buf : NULL;
+    int64_t *newest_of = c.have_entries && mode == PUT_OLDER ? c.entries.buf : NULL;
     int64_t before = t->used, used = 0;
     Py_ssize_t taken = 0;
     int refused = 0, no_memory = 0;
@@ -521,6 +533,8 @@ static PyObject *put(KeyTable *t, PyObject *args, int mode) {
         }
         if (entry_of)
             entry_of[i] = (int32_t)e;
+        else if (newest_of) /* the record was just read by probe() or written by insert(): in the cache */
+            newest_of[i] = record_offset(t, e);
         taken++;
     }
     if (refused && mode != PUT_LATEST) {
@@ -707,8 +721,11 @@ static PyMethodDef KeyTable_methods[] = {
     {"put_latest", (PyCFunction)KeyTable_put_latest, METH_VARARGS,
      "put_latest(key_offsets, key_data, offsets, entries, room, overhead) -> rows taken (offset order, "
      "newest wins; stops at the first new key that does not fit room bytes)."},
+    {"lookup", (PyCFunction)KeyTable_lookup, METH_VARARGS,
+     "lookup(key_offsets, key_data, offsets): each key's newest offset into offsets (int64), -1 if absent."},
     {"put_older", (PyCFunction)KeyTable_put_older, METH_VARARGS,
-     "put_older(key_offsets, key_data, offsets, entries, room, overhead) -> rows, or -1 changing nothing."},
+     "put_older(key_offsets, key_data, offsets, newest, room, overhead) -> rows, or -1 changing nothing; "
+     "newest (int64 or None) gets each row's key's newest offset."},
     {"put_max", (PyCFunction)KeyTable_put_max, METH_VARARGS,
      "put_max(key_offsets, key_data, offsets, entries, room, overhead) -> rows, or -1 changing nothing."},
     {"offsets_of", (PyCFunction)KeyTable_offsets_of, METH_VARARGS,

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..columns import from_numpy, is_null, to_numpy
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
-from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, segment_name
+from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, read_parquet, segment_name
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 
@@ -137,17 +137,17 @@ def map_columns(task: CleanTask, segment: SegmentFile) -> list[str]:
 
 def _map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """The rows of a segment that enter the map: keyed data rows of the dirty range, not aborted."""
-    offsets = table.column("offset").to_numpy()
-    keys = table.column("key").combine_chunks() if table.num_rows else pa.array([], pa.binary())
+    offsets = to_numpy(table.column("offset"))
+    keys = table.column("key").combine_chunks() if table.num_rows else pa.nulls(0, pa.binary())
     if "control_type" in table.column_names:
-        control = table.column("control_type").to_numpy() != CONTROL_NONE
+        control = to_numpy(table.column("control_type")) != CONTROL_NONE
     else:  # the segment has no control rows
         control = np.zeros(len(offsets), dtype=bool)
-    eligible = ~np.asarray(keys.is_null(), dtype=bool) & ~control
+    eligible = ~is_null(keys) & ~control
     eligible &= (offsets >= task.first_dirty_offset) & (offsets < task.first_uncleanable_offset)
     if task.aborted:
-        eligible &= ~aborted_mask(offsets, table.column("producer_id").to_numpy(),
-                                  table.column("is_transactional").to_numpy(zero_copy_only=False), control,
+        eligible &= ~aborted_mask(offsets, to_numpy(table.column("producer_id")),
+                                  to_numpy(table.column("is_transactional")), control,
                                   task.aborted)
     return offsets, keys, eligible
 
@@ -204,7 +204,7 @@ def build_offset_map(task: CleanTask, keep_entries: bool = True, one_core: bool 
         offsets, keys, eligible = _map_rows(table, task)
         positions = np.flatnonzero(eligible)
         every_row = len(positions) == len(offsets)
-        chunk_keys = keys if every_row else keys.take(pa.array(positions))
+        chunk_keys = keys if every_row else keys.take(from_numpy(positions))
         chunk_bytes = chunk_keys.nbytes + 8 * len(positions)
         if pending and pending_bytes + chunk_bytes > batch_limit:
             full_at = flush()
@@ -250,11 +250,11 @@ class PartialMap:
 
 def partial_map(task: CleanTask, segment: SegmentFile) -> PartialMap:
     """The newest offset of each key of one dirty segment (unbounded: the driver's merge applies the bound)."""
-    table = pq.read_table(segment.path, columns=map_columns(task, segment))
+    table = read_parquet(segment.path, columns=map_columns(task, segment))
     offsets, keys, eligible = _map_rows(table, task)
     positions = np.flatnonzero(eligible)
     unbounded = OffsetMap(2**62)
-    unbounded.put_records(keys.take(pa.array(positions)), offsets[positions])
+    unbounded.put_records(keys.take(from_numpy(positions)), offsets[positions])
     return PartialMap(segment.base_offset, unbounded.keys, unbounded.offsets, table.num_rows, segment.size_bytes)
 
 
@@ -270,10 +270,10 @@ def merge_partial_maps(task: CleanTask, partials: Sequence[PartialMap]) -> MapRe
         result.records_read += part.records_read
         result.bytes_read += part.bytes_read
         if not offset_map.put_partial(part.keys, part.latest):
-            table = pq.read_table(segment.path, columns=map_columns(task, segment))
+            table = read_parquet(segment.path, columns=map_columns(task, segment))
             offsets, keys, eligible = _map_rows(table, task)
             positions = np.flatnonzero(eligible)
-            _, full_at = offset_map.put_records(keys.take(pa.array(positions)), offsets[positions])
+            _, full_at = offset_map.put_records(keys.take(from_numpy(positions)), offsets[positions])
             if full_at is not None:
                 offset_map.update_latest_offset(full_at - 1)
                 result.end_offset = full_at
@@ -302,9 +302,9 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
     live producer's last record (:func:`producer_last_rows`). ``found``, when given, is each row's mapped
     offset (-1: none) looked up already; the map itself is then not read (another thread may be adding to
     it)."""
-    offsets = table.column("offset").to_numpy()
+    offsets = to_numpy(table.column("offset"))
     keys = table.column("key")
-    control_type = table.column("control_type").to_numpy()
+    control_type = to_numpy(table.column("control_type"))
     control = control_type != CONTROL_NONE
     has_control = bool(control.any())
     keyless = _nulls(keys)
@@ -312,11 +312,11 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
         found = offset_map.offsets_of(entries) if entries is not None else offset_map.lookup(keys)
     keep = offsets >= found  # the newest record of its key in the map, or a key the map does not hold
     values = table.column("value")
-    horizon = table.column("delete_horizon_ms").to_numpy()
+    horizon = to_numpy(table.column("delete_horizon_ms"))
     stamped = horizon != NO_DELETE_HORIZON
     retain_deletes = ~stamped | (task.now_ms < horizon) if stamped.any() else None
     if values.null_count and retain_deletes is not None:
-        tombstone = np.asarray(values.is_null(), dtype=bool)
+        tombstone = is_null(values)
         if has_control:
             tombstone &= ~control
         keep &= ~tombstone | retain_deletes
@@ -335,8 +335,8 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
     # Keyless data records (not control rows) that the round removes.
     invalid = 0 if keyless is None else int(np.count_nonzero(keyless & ~control & ~beyond_map))
     if task.aborted:
-        aborted = aborted_mask(offsets, table.column("producer_id").to_numpy(),
-                               table.column("is_transactional").to_numpy(zero_copy_only=False), control,
+        aborted = aborted_mask(offsets, to_numpy(table.column("producer_id")),
+                               to_numpy(table.column("is_transactional")), control,
                                task.aborted)
         keep &= ~aborted
     return keep, invalid
@@ -344,7 +344,7 @@ def retain_mask(table: pa.Table, task: CleanTask, offset_map: OffsetMap,
 
 def _nulls(column: pa.ChunkedArray) -> np.ndarray | None:
     """Which rows are null; None when none are."""
-    return np.asarray(column.is_null(), dtype=bool) if column.null_count else None
+    return is_null(column) if column.null_count else None
 
 
 def _isin(offsets: np.ndarray, wanted: frozenset[int]) -> np.ndarray:
@@ -359,17 +359,17 @@ def transaction_facts(segments: Sequence[SegmentFile]) -> frozenset[int]:
     Kafka keeps a marker while any batch of its transaction is read in the round (even one the round
     then removes), so a marker outlives its data by at least one round."""
     columns = ["offset", "producer_id", "is_transactional", "control_type"]
-    parts = [pq.read_table(s.path, columns=columns) for s in segments]
+    parts = [read_parquet(s.path, columns=columns) for s in segments]
     if not parts:
         return frozenset()
     table = pa.concat_tables(parts)
-    transactional = np.asarray(table.column("is_transactional").to_numpy(zero_copy_only=False), dtype=bool)
-    control_type = table.column("control_type").to_numpy()
+    transactional = to_numpy(table.column("is_transactional"))
+    control_type = to_numpy(table.column("control_type"))
     relevant = transactional | (control_type == CONTROL_EMPTY_BATCH)
     if not relevant.any():
         return frozenset()
-    offsets = table.column("offset").to_numpy()[relevant]
-    pids = table.column("producer_id").to_numpy()[relevant]
+    offsets = to_numpy(table.column("offset"))[relevant]
+    pids = to_numpy(table.column("producer_id"))[relevant]
     control_type = control_type[relevant]
     with_data: set[int] = set()
     order = np.lexsort((offsets, pids))
@@ -393,17 +393,17 @@ def producer_last_rows(table: pa.Table, keep: np.ndarray, task: CleanTask) -> pa
     no key, value or headers, ``control_type`` EMPTY_BATCH. None when there are none."""
     if not task.producer_last_offsets:
         return None
-    offsets = table.column("offset").to_numpy()
+    offsets = to_numpy(table.column("offset"))
     emptied = ~keep & _isin(offsets, task.producer_last_offsets)
     if not emptied.any():
         return None
-    rows = table.filter(pa.array(emptied))
+    rows = table.filter(from_numpy(emptied))
     n = rows.num_rows
     for name in ("key", "value", "headers"):
         index = rows.schema.get_field_index(name)
         rows = rows.set_column(index, rows.schema.field(index), pa.nulls(n, rows.schema.field(index).type))
     index = rows.schema.get_field_index("control_type")
-    return rows.set_column(index, rows.schema.field(index), pa.array(np.full(n, CONTROL_EMPTY_BATCH, np.int8)))
+    return rows.set_column(index, rows.schema.field(index), from_numpy(np.full(n, CONTROL_EMPTY_BATCH, np.int8)))
 
 
 def lookup_batches(groups: Sequence[Sequence[SegmentFile]]) -> Iterator[list[Sequence[SegmentFile]]]:
@@ -424,7 +424,7 @@ def lookup_batches(groups: Sequence[Sequence[SegmentFile]]) -> Iterator[list[Seq
 def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[int, np.ndarray]:
     """For each segment, each row's entry in ``offset_map`` (-1: not there), with one hash of the map for
     all the segments (what :meth:`OffsetMap.lookup` does per call)."""
-    columns = [pq.read_table(s.path, columns=["key"]).column("key") for s in segments]
+    columns = [read_parquet(s.path, columns=["key"]).column("key") for s in segments]
     chunks = [chunk for column in columns for chunk in column.chunks]
     if not chunks or len(offset_map.keys) == 0:
         return {s.base_offset: np.full(len(c), -1, dtype=np.int32)
@@ -491,7 +491,7 @@ def rewrite_rows(task: CleanTask, table: pa.Table, offset_map: OffsetMap, entrie
     """The rows of ``table`` (consecutive rows of a segment) that survive the round, as they are written."""
     keep, invalid = retain_mask(table, task, offset_map, entries, found)
     emptied = producer_last_rows(table, keep, task)
-    kept = table.filter(pa.array(keep)) if not keep.all() else table
+    kept = table.filter(from_numpy(keep)) if not keep.all() else table
     if emptied is not None:
         kept = pa.concat_tables([kept, emptied]).sort_by("offset")
     kept, stamped = stamp_tombstones(kept, task.now_ms, task.delete_retention_ms, task.markers_with_data)
@@ -506,8 +506,10 @@ def aborted_index(task: CleanTask, group: Sequence[SegmentFile], kept_markers: s
 
 
 def _kept_abort_markers(table: pa.Table) -> list[int]:
-    markers = table.column("offset").filter(pc.equal(table.column("control_type"), CONTROL_ABORT))
-    return markers.to_pylist()
+    if table.num_rows == 0:
+        return []
+    abort = to_numpy(table.column("control_type")) == CONTROL_ABORT
+    return to_numpy(table.column("offset"))[abort].tolist() if abort.any() else []
 
 
 def _row_groups(segments: Sequence[SegmentFile], newest_first: bool = False
@@ -558,18 +560,16 @@ def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int,
     left, without a horizon gets ``now + delete.retention.ms``."""
     if table.num_rows == 0:
         return table, 0
-    horizon = table.column("delete_horizon_ms")
-    control_type = table.column("control_type")
-    tombstone = pc.and_(pc.is_null(table.column("value")), pc.equal(control_type, CONTROL_NONE))
-    marker = pc.or_(pc.equal(control_type, CONTROL_ABORT), pc.equal(control_type, CONTROL_COMMIT))
+    horizon = to_numpy(table.column("delete_horizon_ms"))
+    control_type = to_numpy(table.column("control_type"))
+    tombstone = is_null(table.column("value")) & (control_type == CONTROL_NONE)
+    marker = (control_type == CONTROL_ABORT) | (control_type == CONTROL_COMMIT)
     if markers_with_data:
-        marker = pc.and_(marker, pc.invert(pc.is_in(table.column("offset"),
-                                                     value_set=pa.array(sorted(markers_with_data), pa.int64()))))
-    unstamped = pc.and_(pc.or_(tombstone, marker), pc.equal(horizon, NO_DELETE_HORIZON))
-    count = pc.sum(unstamped).as_py() or 0
+        marker &= ~_isin(to_numpy(table.column("offset")), markers_with_data)
+    unstamped = (tombstone | marker) & (horizon == NO_DELETE_HORIZON)
+    count = int(np.count_nonzero(unstamped))
     if not count:
         return table, 0
     stamp = min(now_ms + delete_retention_ms, 2**63 - 1)
-    new_horizon = pc.if_else(unstamped, pa.scalar(stamp, pa.int64()), horizon)
     index = table.schema.get_field_index("delete_horizon_ms")
-    return table.set_column(index, table.schema.field(index), new_horizon), count
+    return table.set_column(index, table.schema.field(index), from_numpy(np.where(unstamped, stamp, horizon))), count

@@ -31,6 +31,7 @@ from typing import TypeAlias
 import numpy as np
 import pyarrow as pa
 
+from ..columns import from_numpy, is_null, to_numpy
 from ._key_table import KeyTable
 
 # Per entry beyond its key: the record's offset and key length (12 bytes), its alignment to 8 bytes (0-7),
@@ -64,7 +65,7 @@ def _one_array(keys: Keys) -> pa.Array:
     chunks = _chunks(keys)
     if len(chunks) == 1:
         return chunks[0]
-    return pa.concat_arrays(chunks) if chunks else pa.array([], pa.binary())
+    return pa.concat_arrays(chunks) if chunks else pa.nulls(0, pa.binary())
 
 
 class OffsetMap:
@@ -174,15 +175,16 @@ class OffsetMap:
     def put_older(self, keys: Keys, offsets: np.ndarray) -> np.ndarray | None:
         """Add keyed records (in offset order) that are all older than every record already added (a map
         filled newest first): a key already in the map keeps its offset, a new key gets its newest record
-        here. Returns each record's entry, or None, changing nothing, when the new keys do not fit."""
+        here. Returns the newest offset of each record's key (int64; a record is its key's newest exactly
+        when this is its own offset), or None, changing nothing, when the new keys do not fit."""
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        entries = np.full(len(offsets), -1, dtype=np.int32)
+        newest = np.empty(len(offsets), dtype=np.int64)
         if not len(offsets):
-            return entries
-        if self._put(self._table.put_older, _one_array(keys), offsets, entries) < 0:
+            return newest
+        if self._put(self._table.put_older, _one_array(keys), offsets, newest) < 0:
             return None
         self.latest_offset = max(self.latest_offset, int(offsets[-1]))
-        return entries
+        return newest
 
     def put_partial(self, keys: pa.Array, latest: np.ndarray) -> bool:
         """Merge a segment's partial map (its distinct keys and their newest offsets) if all its new keys
@@ -196,27 +198,30 @@ class OffsetMap:
         self.latest_offset = max(self.latest_offset, int(latest.max()))
         return True
 
-    def entries_of(self, keys: Keys) -> np.ndarray:
-        """Each key's entry in the map (int32), -1 where the key is absent or null."""
+    def _find(self, find: Callable[..., None], keys: Keys, dtype: type[np.integer]) -> np.ndarray:
         chunks = _chunks(keys)
-        entries = np.empty(sum(len(c) for c in chunks), dtype=np.int32)
+        found = np.empty(sum(len(c) for c in chunks), dtype=dtype)
         start = 0
         for chunk in chunks:
             n = len(chunk)
             key_offsets, data = _buffers(chunk)
-            self._table.find(key_offsets, data, entries[start:start + n])
+            find(key_offsets, data, found[start:start + n])
             if chunk.null_count:
-                entries[start:start + n][np.asarray(chunk.is_null(), dtype=bool)] = -1
+                found[start:start + n][is_null(chunk)] = -1
             start += n
-        return entries
+        return found
+
+    def entries_of(self, keys: Keys) -> np.ndarray:
+        """Each key's entry in the map (int32), -1 where the key is absent or null."""
+        return self._find(self._table.find, keys, np.int32)
 
     def lookup(self, keys: Keys) -> np.ndarray:
-        """The newest mapped offset of each key; -1 where the key is absent or null."""
-        return self.offsets_of(self.entries_of(keys))
+        """The newest mapped offset of each key (int64); -1 where the key is absent or null."""
+        return self._find(self._table.lookup, keys, np.int64)
 
     def to_table(self) -> pa.Table:
         keys, offsets = self._export()
-        return pa.table({"key": keys, "offset": pa.array(offsets, pa.int64())})
+        return pa.table({"key": keys, "offset": from_numpy(offsets, pa.int64())})
 
     @classmethod
     def from_table(cls, table: pa.Table, capacity_bytes: int, latest_offset: int,
@@ -226,7 +231,7 @@ class OffsetMap:
         if table.num_rows:
             keys = table.column("key").combine_chunks()
             key_offsets, data = _buffers(keys)
-            offsets = np.ascontiguousarray(table.column("offset").to_numpy(), dtype=np.int64)
+            offsets = np.ascontiguousarray(to_numpy(table.column("offset")), dtype=np.int64)
             entries = np.empty(len(keys), dtype=np.int32)
             result._table.put_max(key_offsets, data, offsets, entries, 2**62, ENTRY_OVERHEAD_BYTES)
             result._changed()

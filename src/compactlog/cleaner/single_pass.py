@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from ..columns import from_numpy, is_null
 from ..segment import SegmentWriter
 from .kernel import (
     CleanTask,
@@ -120,21 +121,26 @@ def _batches(task: CleanTask, group: Sequence[SegmentFile], one_core: bool) -> G
         yield batch()
 
 
-def _entries(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarray:
-    """Each row's entry in the map, after the batch's dirty records have joined it (-1: none)."""
+def _newest(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarray:
+    """The newest offset of each row's key once the batch's dirty records have joined the map (-1: the key
+    is not in the map)."""
     offsets, keys, positions = batch.offsets, batch.keys, batch.positions
-    entries = np.full(len(offsets), -1, dtype=np.int32)
-    if len(positions):
-        every_row = len(positions) == len(offsets)
-        added = offset_map.put_older(keys if every_row else keys.take(pa.array(positions)), offsets[positions])
-        if added is None:
+    if len(positions) == len(offsets):  # every row a keyed data record of the dirty section
+        newest = offset_map.put_older(keys, offsets)
+        if newest is None:
             raise MapFull
-        entries[positions] = added
+        return newest
+    found = np.full(len(offsets), -1, dtype=np.int64)
+    if len(positions):
+        newest = offset_map.put_older(keys.take(from_numpy(positions)), offsets[positions])
+        if newest is None:
+            raise MapFull
+        found[positions] = newest
     # Keyed records of the clean section (older than every dirty record): looked up, never added.
-    clean = np.flatnonzero((offsets < task.first_dirty_offset) & ~np.asarray(keys.is_null(), dtype=bool))
+    clean = np.flatnonzero((offsets < task.first_dirty_offset) & ~is_null(keys))
     if len(clean) and len(offset_map):
-        entries[clean] = offset_map.entries_of(keys.take(pa.array(clean)))
-    return entries
+        found[clean] = offset_map.lookup(keys.take(from_numpy(clean)))
+    return found
 
 
 @dataclass
@@ -173,9 +179,9 @@ def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
             in_flight: Future[None] | None = None
             try:
                 for batch in batches:
-                    # The batch's offsets are looked up here: the rewriter never reads the map that
+                    # The batch's newest offsets are found here: the rewriter never reads the map that
                     # this thread adds to.
-                    found = offset_map.offsets_of(_entries(task, batch, offset_map))
+                    found = _newest(task, batch, offset_map)
                     if in_flight is not None:
                         in_flight.result()
                     in_flight = rewriter.submit(rewrite, batch, found)

@@ -1,0 +1,92 @@
+"""Columns between Arrow and numpy, without pyarrow's pandas bridge.
+
+pyarrow's ``Array.to_numpy``, ``pa.array(ndarray)`` and every call that takes a numpy array for an Arrow
+one (``take``, ``filter``) first ask whether the object is a pandas one, and that imports pandas: 40 MB of
+resident memory and 0.3-1 s, paid by the first clean of a process that never uses pandas. The cleaner,
+the log and the readers convert through these functions instead, which read and wrap Arrow's buffers
+directly; results are the same arrays (zero-copy where pyarrow's would be).
+
+Only fixed-width columns are converted (integers, floats, booleans); a column with nulls is refused where
+its values would be read (the record columns that are converted are all not-null).
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import numpy as np
+import pyarrow as pa
+
+Column: TypeAlias = "pa.Array | pa.ChunkedArray"
+
+
+def _one(column: Column) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks == 1:
+            return column.chunk(0)
+        return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+    return column
+
+
+def _bits(buffer: pa.Buffer | None, offset: int, length: int) -> np.ndarray:
+    """Arrow's little-endian bitmap as a bool array."""
+    if buffer is None or length == 0:
+        return np.zeros(length, dtype=bool)
+    start, stop = offset // 8, (offset + length + 7) // 8
+    packed = np.frombuffer(buffer, dtype=np.uint8, count=stop - start, offset=start)
+    skip = offset - start * 8
+    return np.unpackbits(packed, bitorder="little", count=skip + length)[skip:].view(bool)
+
+
+def to_numpy(column: Column) -> np.ndarray:
+    """The values of a not-null fixed-width column (int, float or bool) as a numpy array (read-only)."""
+    array = _one(column)
+    if array.null_count:
+        raise ValueError(f"column of {array.type} has {array.null_count} nulls")
+    n = len(array)
+    if pa.types.is_boolean(array.type):
+        return _bits(array.buffers()[1], array.offset, n)
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    if n == 0:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=n, offset=array.offset * dtype.itemsize)
+
+
+def is_null(column: Column) -> np.ndarray:
+    """Where a column is null, as a bool array."""
+    array = _one(column)
+    if array.null_count == 0:
+        return np.zeros(len(array), dtype=bool)
+    if array.type == pa.null():
+        return np.ones(len(array), dtype=bool)
+    return ~_bits(array.buffers()[0], array.offset, len(array))
+
+
+_TYPES = {np.dtype(np.int8): pa.int8(), np.dtype(np.int16): pa.int16(), np.dtype(np.int32): pa.int32(),
+          np.dtype(np.int64): pa.int64(), np.dtype(np.uint8): pa.uint8(), np.dtype(np.uint16): pa.uint16(),
+          np.dtype(np.uint32): pa.uint32(), np.dtype(np.uint64): pa.uint64(),
+          np.dtype(np.float32): pa.float32(), np.dtype(np.float64): pa.float64()}
+
+
+def from_numpy(values: np.ndarray, type: pa.DataType | None = None) -> pa.Array:
+    """A not-null Arrow array of a 1-d numpy array of numbers or bools (of ``type``, cast from the array's
+    own type when they differ)."""
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise ValueError("only 1-d arrays convert")
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        array = pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    else:
+        own = _TYPES.get(values.dtype)
+        if own is None:
+            raise TypeError(f"no Arrow type for numpy {values.dtype}")
+        array = pa.Array.from_buffers(own, len(values), [None, pa.py_buffer(np.ascontiguousarray(values))])
+    return array if type is None or array.type == type else array.cast(type)
+
+
+def repeat(value: object, type: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of a number or bool as a not-null array of ``type`` (``pa.repeat`` without the
+    ``pa.scalar`` that imports pandas)."""
+    dtype = np.dtype(bool) if pa.types.is_boolean(type) else np.dtype(type.to_pandas_dtype())
+    return from_numpy(np.full(n, value, dtype=dtype), type)
