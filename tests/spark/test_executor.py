@@ -28,11 +28,14 @@ pytestmark = pytest.mark.spark
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "segment.bytes": 600}
 
 
-@pytest.fixture(params=["never", "always"])
+@pytest.fixture(params=[("never", "all"), ("never", "one"), ("always", "all")], ids=["whole", "whole-one", "split"])
 def split_policy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test with whole-partition rounds and with every partition split over the slots."""
-    monkeypatch.setattr(spark_executor, "SPLIT_POLICY", request.param)
-    return str(request.param)
+    """Run a test with whole-partition rounds (their steps on threads, or one at a time: three partitions
+    fill the two slots) and with every partition split over the slots."""
+    policy, threads = request.param
+    monkeypatch.setattr(spark_executor, "SPLIT_POLICY", policy)
+    monkeypatch.setattr(spark_executor, "ROUND_THREADS", threads)
+    return str(policy)
 
 
 @pytest.fixture

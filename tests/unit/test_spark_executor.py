@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -99,3 +101,24 @@ def test_a_bad_split_setting_is_refused() -> None:
 
     with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split='sometimes'; allowed"):
         spark_executor.split_policy(Context())  # type: ignore[arg-type]
+
+
+def context_with(key: str, value: str) -> Any:
+    """A SparkContext stand-in whose conf holds ``key=value``."""
+
+    class Conf:
+        def get(self, asked: str, default: str) -> str:
+            return value if asked == key else default
+
+    class Context:
+        def getConf(self) -> Conf:
+            return Conf()
+
+    return Context()
+
+
+def test_the_round_threads_setting() -> None:
+    assert spark_executor.round_threads(context_with("other", "x")) == spark_executor.ROUND_THREADS == "all"
+    assert spark_executor.round_threads(context_with(spark_executor.ROUND_THREADS_CONF, " One ")) == "one"
+    with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.roundThreads='two'; allowed"):
+        spark_executor.round_threads(context_with(spark_executor.ROUND_THREADS_CONF, "two"))
