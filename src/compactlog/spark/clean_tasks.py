@@ -210,7 +210,7 @@ class RoundItem:
 
     task_index: int
     task: CleanTask
-    one_core: bool = False  # the job has a round for every task slot: each keeps to one core
+    one_core: bool = False  # one step at a time (roundThreads=one, and a round for every task slot)
 
     def run(self, maps: Mapping[int, Broadcast[BroadcastMap]]) -> Output | TaskFailure:
         task = self.task
