@@ -18,8 +18,10 @@ with a new key does not fit, the map is *full*: it holds exactly the records bef
 only that far (Kafka's rule; unlike Kafka a key already in the map never ends the round).
 
 Stable entries: a key's entry (an opaque handle, int32) is fixed for the life of the map, so the entries
-returned when records are added stay valid as later records are added; the kernel keeps them to decide
-dirty records later with :meth:`OffsetMap.offsets_of`, without a second lookup.
+returned when records are added stay valid as later records are added; the two-pass kernel keeps them to
+decide dirty records later with :meth:`OffsetMap.offsets_of`, without a second lookup. A map filled newest
+first needs no entries: :meth:`OffsetMap.put_older` gives each record its key's newest offset at once,
+read from the entry its put has just touched.
 """
 
 from __future__ import annotations

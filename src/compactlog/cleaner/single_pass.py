@@ -162,8 +162,9 @@ class _Cleaning:
 def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> _Cleaning:
     """Read the group newest first and write what survives. Four threads share the work of a batch: one
     reads it (:func:`.kernel.prefetched`), this one puts it into the map, a third decides its rows while
-    this one maps the next batch (the map only grows, and entries it has given out keep their offsets, so
-    deciding a batch needs nothing of the batches after it), and the writer's own thread encodes them."""
+    this one maps the next batch (putting a batch gives each row its key's newest offset, which later,
+    older batches never change, so deciding a batch needs nothing of the batches after it), and the
+    writer's own thread encodes them."""
     writer = SegmentWriter(fresh_cleaned_path(task, group[0].base_offset), group[0].base_offset, task.compression,
                            background=not one_core, newest_first=True)
     cleaning = _Cleaning(writer)
