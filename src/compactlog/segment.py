@@ -36,6 +36,7 @@ import ctypes
 import json
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -692,11 +693,34 @@ def start_writeback(path: str) -> None:
             os.close(fd)
 
 
+# A whole file is read as this many runs of row groups at once, each by its own reader (a reader decodes
+# its row groups' columns in parallel, not the row groups themselves).
+READ_PARTS = 4
+_readers: ThreadPoolExecutor | None = None
+_readers_lock = threading.Lock()
+
+
 def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
-    """A whole Parquet file (or its ``columns``). Not ``pq.read_table``: that goes through
-    ``pyarrow.dataset``, whose import brings pandas in (see :mod:`compactlog.columns`)."""
+    """A whole Parquet file (or its ``columns``), row groups decoded in parallel as ``pq.read_table`` does.
+    Not ``pq.read_table`` itself: it goes through ``pyarrow.dataset``, whose import brings pandas in (see
+    :mod:`compactlog.columns`). Measured on a 5M-record segment: 0.28 s in four runs, 0.35 s in one, 0.26 s
+    ``pq.read_table``."""
+    global _readers
     with pq.ParquetFile(path) as file:
-        return file.read(columns=columns)
+        count = file.metadata.num_row_groups
+        if count < 2:
+            return file.read(columns=columns)
+    parts = min(READ_PARTS, count)
+    runs = [list(range(count * i // parts, count * (i + 1) // parts)) for i in range(parts)]
+    with _readers_lock:
+        if _readers is None:
+            _readers = ThreadPoolExecutor(READ_PARTS, thread_name_prefix="compactlog-read")
+
+    def read(groups: list[int]) -> pa.Table:
+        with pq.ParquetFile(path) as file:  # one reader per thread: a reader is not thread-safe
+            return file.read_row_groups(groups, columns=columns)
+
+    return pa.concat_tables(list(_readers.map(read, runs)))
 
 
 def fsync_path(path: str) -> None:

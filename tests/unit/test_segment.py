@@ -27,6 +27,7 @@ from compactlog.segment import (
     encode_frame,
     is_segment_name,
     offset_from_name,
+    read_parquet,
     segment_name,
     write_sealed,
 )
@@ -423,3 +424,22 @@ def test_an_active_segment_of_an_unknown_format_is_refused_not_truncated(tmp_pat
     with pytest.raises(CorruptSegmentError, match="unknown frame format"):
         ActiveSegment.open(str(path), 0, truncate=True)
     assert path.stat().st_size == 204  # nothing was cut
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(1, 40), max_size=12), st.sampled_from([None, ["offset", "key"], ["value"]]))
+def test_read_parquet_is_pq_read_table(tmp_path: Path, sizes: list[int], columns: list[str] | None) -> None:
+    """Whole files read in parallel runs of row groups: the rows, in order, and the schema of a plain read,
+    for files of no, one and many row groups."""
+    path = str(tmp_path / f"{len(sizes)}-{sum(sizes)}.parquet")
+    table = pa.table({"offset": pa.array(np.arange(sum(sizes), dtype=np.int64)),
+                      "key": pa.array([b"k%d" % i for i in range(sum(sizes))], pa.binary()),
+                      "value": pa.array([None if i % 3 else b"v" for i in range(sum(sizes))], pa.binary())})
+    with pq.ParquetWriter(path, table.schema) as writer:
+        start = 0
+        for size in sizes:
+            writer.write_table(table.slice(start, size), row_group_size=size)
+            start += size
+    got = read_parquet(path, columns)
+    assert got.equals(pq.read_table(path, columns=columns))
+    assert pq.ParquetFile(path).metadata.num_row_groups == len(sizes)
