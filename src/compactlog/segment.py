@@ -666,7 +666,7 @@ def _sync_file_range() -> Any:  # the C function, or None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         call = libc.sync_file_range
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no C library by that name, or no such call in it
         return None
     call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     call.restype = ctypes.c_int
