@@ -1,10 +1,11 @@
 """Columns between Arrow and numpy, without pyarrow's pandas bridge.
 
-pyarrow's ``Array.to_numpy``, ``pa.array(ndarray)`` and every call that takes a numpy array for an Arrow
-one (``take``, ``filter``) first ask whether the object is a pandas one, and that imports pandas: 40 MB of
-resident memory and 0.3-1 s, paid by the first clean of a process that never uses pandas. The cleaner,
-the log and the readers convert through these functions instead, which read and wrap Arrow's buffers
-directly; results are the same arrays (zero-copy where pyarrow's would be).
+pyarrow's ``Array.to_numpy``, ``pa.array(...)``, ``pa.scalar(...)`` and every call that takes a numpy
+array or a Python scalar for an Arrow one (``take``, ``filter``, ``pc.equal(column, 1)``) first ask whether
+the object is a pandas one, and that imports pandas (pyarrow 26): 40 MB of resident memory and 0.3-1 s,
+paid by the first clean of a process that never uses pandas. Opening, cleaning and reading a store
+convert through these functions instead, which read and wrap Arrow's buffers directly; results are the
+same arrays (zero-copy where pyarrow's would be). ``tests/unit/test_import.py`` holds the rule.
 
 Only fixed-width columns are converted (integers, floats, booleans); a column with nulls is refused where
 its values would be read (the record columns that are converted are all not-null).
