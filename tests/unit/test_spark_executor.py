@@ -90,19 +90,6 @@ def test_when_a_round_is_split(policy: str, size: int, total: int, slots: int, s
     assert spark_executor.should_split(policy, size, total, slots) is split
 
 
-def test_a_bad_split_setting_is_refused() -> None:
-    class Conf:
-        def get(self, key: str, default: str) -> str:
-            return "sometimes" if key == spark_executor.SPLIT_CONF else default
-
-    class Context:
-        def getConf(self) -> Conf:
-            return Conf()
-
-    with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split='sometimes'; allowed"):
-        spark_executor.split_policy(Context())  # type: ignore[arg-type]
-
-
 def context_with(key: str, value: str) -> Any:
     """A SparkContext stand-in whose conf holds ``key=value``."""
 
@@ -115,6 +102,11 @@ def context_with(key: str, value: str) -> Any:
             return Conf()
 
     return Context()
+
+
+def test_a_bad_split_setting_is_refused() -> None:
+    with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split='sometimes'; allowed"):
+        spark_executor.split_policy(context_with(spark_executor.SPLIT_CONF, "sometimes"))
 
 
 def test_the_round_threads_setting() -> None:

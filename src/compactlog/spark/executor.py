@@ -234,18 +234,20 @@ def round_bytes(task: CleanTask) -> int:
     return sum(s.size_bytes for s in task.segments)
 
 
+def _choice(sc: SparkContext, key: str, default: str, allowed: tuple[str, ...]) -> str:
+    """A compactlog Spark setting that takes one of ``allowed`` (case and spaces ignored)."""
+    value = sc.getConf().get(key, default).strip().lower()
+    if value not in allowed:
+        raise ExecutorError(f"{key}={value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
 def split_policy(sc: SparkContext) -> str:
-    policy = sc.getConf().get(SPLIT_CONF, SPLIT_POLICY).strip().lower()
-    if policy not in ("auto", "always", "never"):
-        raise ExecutorError(f"{SPLIT_CONF}={policy!r}; allowed: auto, always, never")
-    return policy
+    return _choice(sc, SPLIT_CONF, SPLIT_POLICY, ("auto", "always", "never"))
 
 
 def round_threads(sc: SparkContext) -> str:
-    threads = sc.getConf().get(ROUND_THREADS_CONF, ROUND_THREADS).strip().lower()
-    if threads not in ("all", "one"):
-        raise ExecutorError(f"{ROUND_THREADS_CONF}={threads!r}; allowed: all, one")
-    return threads
+    return _choice(sc, ROUND_THREADS_CONF, ROUND_THREADS, ("all", "one"))
 
 
 def should_split(policy: str, size: int, total: int, slots: int) -> bool:
