@@ -450,30 +450,60 @@ def clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offse
                 entries: dict[int, np.ndarray] | None = None, one_core: bool = False) -> GroupResult:
     """Rewrite one group of segments into ``<first base>.parquet.cleaned`` (fsynced, not yet swapped in).
     ``one_core``: read, decide and encode one step at a time (no step ahead on another thread)."""
-    base = group[0].base_offset
-    cleaned = fresh_cleaned_path(task, base)
-    writer = SegmentWriter(cleaned, base, task.compression, background=not one_core)
-    read = written = invalid = stamped = bytes_read = 0
-    kept_markers: set[int] = set()
+    cleaning = GroupWriter.open(task, group, background=not one_core)
     try:
-        bytes_read = sum(segment.size_bytes for segment in group)
         for segment, first_row, table in prefetched(group, one_core=one_core):
-            read += table.num_rows
             segment_entries = (entries or {}).get(segment.base_offset)
             if segment_entries is not None:
                 segment_entries = segment_entries[first_row:first_row + table.num_rows]
-            kept = rewrite_rows(task, table, offset_map, segment_entries)
-            invalid += kept.invalid
-            stamped += kept.stamped
-            written += kept.rows.num_rows
-            kept_markers.update(kept.abort_markers)
-            writer.write(kept.rows)
-        sealed = writer.close(group[-1].next_offset, aborted_index(task, group, kept_markers))
+            cleaning.write(table.num_rows, rewrite_rows(task, table, offset_map, segment_entries))
     except BaseException:
-        writer.abort()
+        cleaning.writer.abort()
         raise
-    return GroupResult(base, group[-1].next_offset, cleaned, tuple(s.base_offset for s in group), read, written,
-                       bytes_read, sealed.meta.size_bytes, invalid, stamped)
+    return cleaning.close()
+
+
+@dataclass
+class GroupWriter:
+    """A group's ``.cleaned`` file being written (by the two-pass kernel, or newest first by the single
+    pass), and what was counted on the way."""
+
+    task: CleanTask
+    group: Sequence[SegmentFile]
+    writer: SegmentWriter
+    read: int = 0
+    written: int = 0
+    invalid: int = 0
+    stamped: int = 0
+    abort_markers: set[int] = field(default_factory=set)
+
+    @classmethod
+    def open(cls, task: CleanTask, group: Sequence[SegmentFile], background: bool,
+             newest_first: bool = False) -> GroupWriter:
+        base = group[0].base_offset
+        return cls(task, group, SegmentWriter(fresh_cleaned_path(task, base), base, task.compression,
+                                              background=background, newest_first=newest_first))
+
+    def write(self, read: int, kept: KeptRows) -> None:
+        """The survivors of ``read`` rows of the group."""
+        self.read += read
+        self.invalid += kept.invalid
+        self.stamped += kept.stamped
+        self.written += kept.rows.num_rows
+        self.abort_markers.update(kept.abort_markers)
+        self.writer.write(kept.rows)
+
+    def close(self) -> GroupResult:
+        """Footer, fsync, and what the group became; the file is removed when that fails."""
+        group, task = self.group, self.task
+        try:
+            sealed = self.writer.close(group[-1].next_offset, aborted_index(task, group, self.abort_markers))
+        except BaseException:
+            self.writer.abort()
+            raise
+        return GroupResult(group[0].base_offset, group[-1].next_offset, self.writer.path,
+                           tuple(s.base_offset for s in group), self.read, self.written,
+                           sum(s.size_bytes for s in group), sealed.meta.size_bytes, self.invalid, self.stamped)
 
 
 @dataclass(frozen=True)

@@ -24,21 +24,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from ..columns import from_numpy, is_null
-from ..segment import SegmentWriter
 from .kernel import (
     CleanTask,
     GroupResult,
+    GroupWriter,
     MapResult,
     SegmentFile,
     _map_rows,
-    aborted_index,
-    fresh_cleaned_path,
     groups_to_clean,
     prefetched,
     rewrite_rows,
@@ -76,7 +74,7 @@ def clean_newest_first(task: CleanTask, one_core: bool = False) -> tuple[MapResu
         try:
             for group in reversed(groups_to_clean(task, end_offset)):
                 cleaning = _clean_group(task, group, offset_map, one_core)
-                written.append(finisher.submit(_finish_group, task, group, cleaning))
+                written.append(finisher.submit(cleaning.close))
                 if one_core:
                     written[-1].result()
             results = [future.result() for future in reversed(written)]
@@ -147,39 +145,19 @@ def _newest(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarray
     return found
 
 
-@dataclass
-class _Cleaning:
-    """A group being cleaned: the writer of its ``.cleaned`` file (newest first) and what was counted."""
-
-    writer: SegmentWriter
-    read: int = 0
-    written: int = 0
-    invalid: int = 0
-    stamped: int = 0
-    abort_markers: set[int] = field(default_factory=set)
-
-
-def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> _Cleaning:
+def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> GroupWriter:
     """Read the group newest first and write what survives. Four threads share the work of a batch: one
     reads it (:func:`.kernel.prefetched`), this one puts it into the map, a third decides its rows while
     this one maps the next batch (putting a batch gives each row its key's newest offset, which later,
     older batches never change, so deciding a batch needs nothing of the batches after it), and the
     writer's own thread encodes them."""
-    writer = SegmentWriter(fresh_cleaned_path(task, group[0].base_offset), group[0].base_offset, task.compression,
-                           background=not one_core, newest_first=True)
-    cleaning = _Cleaning(writer)
+    cleaning = GroupWriter.open(task, group, background=not one_core, newest_first=True)
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="compactlog-rewrite") as rewriter, \
                 contextlib.closing(_batches(task, group, one_core)) as batches:
 
             def rewrite(batch: _Batch, found: np.ndarray) -> None:
-                cleaning.read += batch.table.num_rows
-                kept = rewrite_rows(task, batch.table, offset_map, None, found)
-                cleaning.invalid += kept.invalid
-                cleaning.stamped += kept.stamped
-                cleaning.written += kept.rows.num_rows
-                cleaning.abort_markers.update(kept.abort_markers)
-                writer.write(kept.rows)
+                cleaning.write(batch.table.num_rows, rewrite_rows(task, batch.table, offset_map, None, found))
 
             in_flight: Future[None] | None = None
             try:
@@ -197,18 +175,6 @@ def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: Offs
                 if in_flight is not None:
                     in_flight.result()
     except BaseException:
-        writer.abort()
-        raise
-    return cleaning
-
-
-def _finish_group(task: CleanTask, group: Sequence[SegmentFile], cleaning: _Cleaning) -> GroupResult:
-    """Close a group's ``.cleaned`` file: footer (row groups put oldest first) and fsync."""
-    try:
-        sealed = cleaning.writer.close(group[-1].next_offset, aborted_index(task, group, cleaning.abort_markers))
-    except BaseException:
         cleaning.writer.abort()
         raise
-    return GroupResult(group[0].base_offset, group[-1].next_offset, cleaning.writer.path,
-                       tuple(s.base_offset for s in group), cleaning.read, cleaning.written,
-                       sum(s.size_bytes for s in group), sealed.meta.size_bytes, cleaning.invalid, cleaning.stamped)
+    return cleaning
