@@ -128,21 +128,22 @@ def _newest(task: CleanTask, batch: _Batch, offset_map: OffsetMap) -> np.ndarray
     is not in the map)."""
     offsets, keys, positions = batch.offsets, batch.keys, batch.positions
     if len(positions) == len(offsets):  # every row a keyed data record of the dirty section
-        newest = offset_map.put_older(keys, offsets)
-        if newest is None:
-            raise MapFull
-        return newest
+        return _put_older(offset_map, keys, offsets)
     found = np.full(len(offsets), -1, dtype=np.int64)
     if len(positions):
-        newest = offset_map.put_older(keys.take(from_numpy(positions)), offsets[positions])
-        if newest is None:
-            raise MapFull
-        found[positions] = newest
+        found[positions] = _put_older(offset_map, keys.take(from_numpy(positions)), offsets[positions])
     # Keyed records of the clean section (older than every dirty record): looked up, never added.
     clean = np.flatnonzero((offsets < task.first_dirty_offset) & ~is_null(keys))
     if len(clean) and len(offset_map):
         found[clean] = offset_map.lookup(keys.take(from_numpy(clean)))
     return found
+
+
+def _put_older(offset_map: OffsetMap, keys: pa.Array, offsets: np.ndarray) -> np.ndarray:
+    newest = offset_map.put_older(keys, offsets)
+    if newest is None:
+        raise MapFull
+    return newest
 
 
 def _clean_group(task: CleanTask, group: Sequence[SegmentFile], offset_map: OffsetMap, one_core: bool) -> GroupWriter:
