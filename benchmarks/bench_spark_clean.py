@@ -13,6 +13,11 @@ renames the old). Times are medians of ``--runs`` runs; ratios are against a bas
 same run, interleaved with the measured runs (a noisy neighbour slows both alike). The in-process baseline
 runs in a child process pinned to one core (``os.sched_setaffinity``); the Spark session is warmed up first.
 
+(a) also prints what the machine itself gives two cores, without Spark: two child processes, each pinned to
+a core of its own, clean half the partitions each (every other one), started together; the time is from the
+start to the end of the later. Nothing is shared but the machine, so no cleaner on Spark can beat this ratio
+on it, and the gap between the two is what Spark's tasks cost.
+
 Run: ``python benchmarks/bench_spark_clean.py`` (scale 0.05, a minute or two), ``--scale 0.1``, or
 ``--full`` (the issue's sizes: about 3.6 GB of segments; needs ~10 GB of free disk).
 """
@@ -76,13 +81,53 @@ def clean_in_child(data_dir: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def child_main(data_dir: str) -> None:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+def clean_in_two_children(data_dir: str, partitions: int) -> dict[str, Any]:
+    """Two pinned children, one per core, each cleaning every other partition of its own copy of the data
+    (two processes must not open one store); both start cleaning when both are ready."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if len(cores) < 2:
+        raise RuntimeError("two cores needed")
+    copies = [data_dir, data_dir + "-twin"]
+    fresh_copy(data_dir, copies[1])
+    children = [subprocess.Popen([sys.executable, __file__, "--child", copy, "--child-core", str(core),
+                                  "--child-partitions", ",".join(map(str, range(i, partitions, 2)))],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for i, (copy, core) in enumerate(zip(copies, cores, strict=True))]
+    try:
+        for child in children:
+            assert child.stdin is not None and child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                raise RuntimeError("a child failed before cleaning")
+        start = time.time()
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        results = []
+        for child in children:
+            assert child.stdout is not None
+            results.append(json.loads(child.stdout.readline()))
+    finally:
+        for child in children:
+            child.wait()
+        shutil.rmtree(copies[1], ignore_errors=True)
+    return {"seconds": max(r["ended"] for r in results) - start,
+            **{k: sum(r[k] for r in results) for k in ("read", "written", "bytes_read", "partitions")}}
+
+
+def child_main(data_dir: str, core: int | None, partitions: list[int] | None) -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0)) if core is None else core})
     store = open_loaded(data_dir)
+    if partitions is not None:  # one of two children: wait until both are ready
+        print("ready", flush=True)
+        sys.stdin.readline()
     start = time.perf_counter()
-    report = store.clean(force=True)
+    reports = [store.clean(force=True)] if partitions is None else \
+        [store.clean(force=True, topic=TOPIC, partition=p) for p in partitions]
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, **summary(report)}))
+    counts = [summary(report) for report in reports]
+    print(json.dumps({"seconds": seconds, "ended": time.time(),
+                      **{k: sum(c[k] for c in counts) for k in counts[0]}}))
 
 
 def clean_on_spark(spark: Any, data_dir: str) -> dict[str, Any]:
@@ -115,15 +160,15 @@ def naive_spark(spark: Any, data_dir: str, partitions: int, out: str) -> dict[st
     return {"seconds": seconds, "written": spark.read.parquet(out).count()}
 
 
-def measure_pair(runs: int, prepare: Callable[[str], str], baseline: Callable[[str], dict[str, Any]],
-                 subject: Callable[[str], dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Baseline and subject runs interleaved, so that a noisy neighbour slows both alike."""
-    ours: list[dict[str, Any]] = []
-    theirs: list[dict[str, Any]] = []
+def measure(runs: int, prepare: Callable[[str], str],
+            *contenders: Callable[[str], dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The contenders' runs interleaved (the first is the baseline), so that a noisy neighbour slows all
+    alike; ``prepare`` gets "baseline" for the first contender and "subject" for the others."""
+    results: list[list[dict[str, Any]]] = [[] for _ in contenders]
     for _ in range(runs):
-        theirs.append(baseline(prepare("baseline")))
-        ours.append(subject(prepare("subject")))
-    return theirs, ours
+        for i, contender in enumerate(contenders):
+            results[i].append(contender(prepare("subject" if i else "baseline")))
+    return results
 
 
 def median(results: list[dict[str, Any]]) -> float:
@@ -156,9 +201,12 @@ def main() -> None:
                         help="spark.compactlog.cleaner.split: split a partition's round over the slots")
     parser.add_argument("--work-dir", help="where to put the data (default: a temporary directory)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-core", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-partitions", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child_main(args.child)
+        child_main(args.child, args.child_core,
+                   None if args.child_partitions is None else [int(p) for p in args.child_partitions.split(",")])
         return
     scale = 1.0 if args.full else args.scale
     segment_bytes = max(1024 * 1024, int(FULL_SEGMENT_BYTES * scale))
@@ -193,21 +241,25 @@ def main() -> None:
                 return target
 
             if "a" in args.only:
-                inproc, on_spark = measure_pair(args.runs, copy_a, clean_in_child,
-                                                lambda d: clean_on_spark(spark, d))
+                inproc, two, on_spark = measure(args.runs, copy_a, clean_in_child,
+                                                 lambda d: clean_in_two_children(d, a_partitions),
+                                                 lambda d: clean_on_spark(spark, d))
                 check_same("(a)", on_spark, inproc)
+                check_same("(a) two processes", two, inproc)
                 print(line("in process, 1 core", inproc, total))
+                print(line("2 pinned processes, no Spark", two, total))
                 print(line(f"store.clean on Spark {args.master}", on_spark, total))
                 ratio = median(inproc) / median(on_spark)
                 verdicts.append(f"(a) 8 partitions: Spark/in-process throughput {ratio:.2f}x "
-                                f"(target >= {TARGETS['a']}x) {'PASS' if ratio >= TARGETS['a'] else 'MISS'}")
+                                f"(target >= {TARGETS['a']}x) {'PASS' if ratio >= TARGETS['a'] else 'MISS'}; "
+                                f"2 pinned processes without Spark: {median(inproc) / median(two):.2f}x")
                 print("  " + verdicts[-1])
             if "c" in args.only:
                 out = os.path.join(root, "naive-out")
-                naive, ours = measure_pair(args.naive_runs or args.runs,
-                                           lambda kind: pristine if kind == "baseline" else copy_a(kind),
-                                           lambda d: naive_spark(spark, d, a_partitions, out),
-                                           lambda d: clean_on_spark(spark, d))
+                naive, ours = measure(args.naive_runs or args.runs,
+                                      lambda kind: pristine if kind == "baseline" else copy_a(kind),
+                                      lambda d: naive_spark(spark, d, a_partitions, out),
+                                      lambda d: clean_on_spark(spark, d))
                 if {r["written"] for r in naive} != {r["written"] for r in ours}:
                     raise RuntimeError(f"(c): naive job kept {naive[0]['written']}, "
                                        f"compactlog {ours[0]['written']}")
@@ -232,7 +284,7 @@ def main() -> None:
                 fresh_copy(pristine, target)
                 return target
 
-            inproc, on_spark = measure_pair(args.runs, copy_b, clean_in_child, lambda d: clean_on_spark(spark, d))
+            inproc, on_spark = measure(args.runs, copy_b, clean_in_child, lambda d: clean_on_spark(spark, d))
             check_same("(b)", on_spark, inproc)
             print(line("in process, 1 core", inproc, b_records))
             print(line(f"store.clean on Spark {args.master}", on_spark, b_records))
@@ -250,8 +302,8 @@ def main() -> None:
                 fresh_copy(pristine, target)
                 return target
 
-            inproc, on_spark = measure_pair(max(args.runs, 5), copy_d, clean_in_child,
-                                            lambda d: clean_on_spark(spark, d))
+            inproc, on_spark = measure(max(args.runs, 5), copy_d, clean_in_child,
+                                       lambda d: clean_on_spark(spark, d))
             print(line("tiny topic in process", inproc, 1000))
             print(line(f"tiny topic on Spark {args.master}", on_spark, 1000))
             overhead = median(on_spark) - median(inproc)
