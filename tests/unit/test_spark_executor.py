@@ -70,12 +70,8 @@ def test_speculation_is_refused() -> None:
         def get(self, key: str, default: str) -> str:
             return "true" if key == "spark.speculation" else default
 
-    class Context:
-        def getConf(self) -> Conf:
-            return Conf()
-
     with pytest.raises(ExecutorError, match=r"spark\.speculation=false"):
-        spark_executor.check_spark_conf(Context())  # type: ignore[arg-type]
+        spark_executor.check_spark_conf(Conf())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("policy", "size", "total", "slots", "split"), [
@@ -90,27 +86,23 @@ def test_when_a_round_is_split(policy: str, size: int, total: int, slots: int, s
     assert spark_executor.should_split(policy, size, total, slots) is split
 
 
-def context_with(key: str, value: str) -> Any:
-    """A SparkContext stand-in whose conf holds ``key=value``."""
+def conf_with(key: str, value: str) -> Any:
+    """A SparkConf stand-in that holds ``key=value``."""
 
     class Conf:
         def get(self, asked: str, default: str) -> str:
             return value if asked == key else default
 
-    class Context:
-        def getConf(self) -> Conf:
-            return Conf()
-
-    return Context()
+    return Conf()
 
 
 def test_a_bad_split_setting_is_refused() -> None:
     with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split='sometimes'; allowed"):
-        spark_executor.split_policy(context_with(spark_executor.SPLIT_CONF, "sometimes"))
+        spark_executor.split_policy(conf_with(spark_executor.SPLIT_CONF, "sometimes"))
 
 
 def test_the_round_threads_setting() -> None:
-    assert spark_executor.round_threads(context_with("other", "x")) == spark_executor.ROUND_THREADS == "all"
-    assert spark_executor.round_threads(context_with(spark_executor.ROUND_THREADS_CONF, " One ")) == "one"
+    assert spark_executor.round_threads(conf_with("other", "x")) == spark_executor.ROUND_THREADS == "all"
+    assert spark_executor.round_threads(conf_with(spark_executor.ROUND_THREADS_CONF, " One ")) == "one"
     with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.roundThreads='two'; allowed"):
-        spark_executor.round_threads(context_with(spark_executor.ROUND_THREADS_CONF, "two"))
+        spark_executor.round_threads(conf_with(spark_executor.ROUND_THREADS_CONF, "two"))
