@@ -110,6 +110,10 @@ def clean_in_two_children(data_dir: str, partitions: int) -> dict[str, Any]:
         for child in children:
             assert child.stdout is not None
             results.append(json.loads(child.stdout.readline()))
+    except BaseException:
+        for child in children:  # a child waiting for "go" would wait for ever
+            child.kill()
+        raise
     finally:
         for child in children:
             child.wait()
