@@ -99,6 +99,8 @@ def conf_with(key: str, value: str) -> Any:
 def test_a_bad_split_setting_is_refused() -> None:
     with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split='sometimes'; allowed"):
         spark_executor.split_policy(conf_with(spark_executor.SPLIT_CONF, "sometimes"))
+    with pytest.raises(ExecutorError, match=r"spark\.compactlog\.cleaner\.split=''; allowed"):
+        spark_executor.split_policy(conf_with(spark_executor.SPLIT_CONF, ""))  # set, but empty
 
 
 def test_the_round_threads_setting() -> None:

@@ -236,7 +236,7 @@ def round_bytes(task: CleanTask) -> int:
 
 def _choice(conf: SparkConf, key: str, default: str, allowed: tuple[str, ...]) -> str:
     """A compactlog Spark setting that takes one of ``allowed`` (case and spaces ignored)."""
-    value = (conf.get(key, default) or default).strip().lower()
+    value = conf.get(key, default).strip().lower()
     if value not in allowed:
         raise ExecutorError(f"{key}={value!r}; allowed: {', '.join(allowed)}")
     return value
