@@ -66,12 +66,8 @@ def test_only_a_spark_session_is_an_executor() -> None:
 
 
 def test_speculation_is_refused() -> None:
-    class Conf:
-        def get(self, key: str, default: str) -> str:
-            return "true" if key == "spark.speculation" else default
-
     with pytest.raises(ExecutorError, match=r"spark\.speculation=false"):
-        spark_executor.check_spark_conf(Conf())  # type: ignore[arg-type]
+        spark_executor.check_spark_conf(conf_with("spark.speculation", "true"))
 
 
 @pytest.mark.parametrize(("policy", "size", "total", "slots", "split"), [
