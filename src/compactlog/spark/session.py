@@ -4,9 +4,12 @@
 starts or reuses the process's SparkSession for it and registers the ``compactlog`` data source. Its
 defaults, each overridable through ``conf``:
 
-* executors run this process's Python (``spark.pyspark.python`` = ``sys.executable``) and see the same
-  ``compactlog`` (its source directory is put on the executors' ``PYTHONPATH``), so a virtual environment
-  works without being activated and a source checkout works without being installed;
+* executors run this process's Python (``sys.executable``) unless the user chose one, through
+  ``spark.pyspark.python`` in ``conf`` or the ``PYSPARK_PYTHON`` variable, and see the same ``compactlog``
+  (its source directory is put on the executors' ``PYTHONPATH``), so a virtual environment works without
+  being activated and a source checkout works without being installed. PySpark reads only the
+  ``PYSPARK_PYTHON`` variable (for its workers, and the JVM it starts reads it for Python data sources),
+  never the conf key, so :func:`session` sets that variable in this process before Spark starts;
 * quiet logs: warnings and errors only (:file:`log4j2.properties` beside this module), no console
   progress bar, no web UI;
 * Arrow for pandas conversions; for a ``local`` master, as many shuffle partitions as cores (Spark's
@@ -72,6 +75,12 @@ def _conf_value(value: object) -> str:
     return str(value)
 
 
+def executor_python(user: Mapping[str, str], environ: Mapping[str, str]) -> str:
+    """The Python that Spark's workers run: the user's ``spark.pyspark.python``, else ``$PYSPARK_PYTHON``,
+    else this process's interpreter (never ``python3`` from PATH, which may lack pyarrow)."""
+    return user.get("spark.pyspark.python") or environ.get("PYSPARK_PYTHON") or sys.executable
+
+
 def default_conf(master: str, user: Mapping[str, str]) -> dict[str, str]:
     """compactlog's defaults for ``master``, leaving out every key the user set in ``user``."""
     defaults: dict[str, str] = {
@@ -84,9 +93,7 @@ def default_conf(master: str, user: Mapping[str, str]) -> dict[str, str]:
     cores = local_cores(master)
     if cores is not None:
         defaults["spark.sql.shuffle.partitions"] = str(cores)
-    # The executors' Python is the driver's unless the user chose one (here or through PySpark's variables).
-    if "PYSPARK_PYTHON" not in os.environ:
-        defaults["spark.pyspark.python"] = sys.executable
+    defaults["spark.pyspark.python"] = executor_python(user, os.environ)
     if "PYSPARK_DRIVER_PYTHON" not in os.environ:
         defaults["spark.pyspark.driver.python"] = sys.executable
     # The executors import compactlog from where this process does (harmless when it is installed).
@@ -125,6 +132,9 @@ def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *,
         raise ExecutorError(
             f"a SparkSession for master {active.master!r} is already running in this process and a JVM "
             f"holds one SparkContext; stop it (spark.stop()) before asking for master {resolved!r}")
+    # PySpark starts its workers with $PYSPARK_PYTHON (else "python3" from PATH) and ignores the conf key;
+    # the JVM launched below inherits the variable too. Set before the first SparkContext of the process.
+    os.environ["PYSPARK_PYTHON"] = executor_python(user, os.environ)
     builder = SparkSession.builder.master(resolved)
     # default_conf leaves out the user's keys, except the driver's Java options it extends.
     for key, value in {**user, **default_conf(resolved, user)}.items():
