@@ -50,12 +50,12 @@ def test_write_then_read_log_is_every_row_in_order_per_partition(spark: SparkSes
     rng = random.Random(1)
     rows = [(f"user-{rng.randrange(40)}", None if rng.random() < 0.1 else f"v{i}") for i in range(400)]
     # One Spark partition: one task appends every row, so the per-partition order is the DataFrame's.
-    df = spark.createDataFrame(rows, "k string, v string").coalesce(1)
+    df = spark.createDataFrame(rows, "key string, value string").coalesce(1)
 
-    result = write(df, data_dir, "users")
+    result = write(df, data_dir, "users")  # the default columns are the data source's: key, value
 
     assert result.record_count == 400
-    got = by_partition(read(spark, data_dir, "users", mode="log").collect())
+    got = by_partition(read(spark, data_dir, "users").collect())  # the default mode is the data source's: log
     for partition in range(3):
         expected = [(k.encode(), v.encode() if v else None) for k, v in rows
                     if partition_for_key(k.encode(), 3) == partition]
@@ -71,7 +71,7 @@ def test_every_record_lands_in_the_partition_kafkas_partitioner_picks(
     compactlog.open(data_dir).create_topic("t", 7, COMPACT)
     rng = random.Random(2)
     keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(1_000)]
-    df = spark.createDataFrame([(k, b"x") for k in keys], "k binary, v binary")
+    df = spark.createDataFrame([(k, b"x") for k in keys], "key binary, value binary")
     write(df, data_dir, "t")
     got = read(spark, data_dir, "t", mode="log").select("partition", "key").collect()
     assert len(got) == 1_000
@@ -83,7 +83,7 @@ def test_many_spark_partitions_keep_each_ones_order(spark: SparkSession, data_di
     # Four slices with disjoint keys: each key's values must appear in its slice's order.
     slices = [[(f"s{s}-k{i % 5}", f"s{s}-{i}") for i in range(50)] for s in range(4)]
     rdd = spark.sparkContext.parallelize([row for rows in slices for row in rows], 4)
-    df = rdd.toDF("k string, v string")
+    df = rdd.toDF("key string, value string")
     write(df, data_dir, "t")
     got = read(spark, data_dir, "t", mode="log").collect()
     for rows in slices:
@@ -97,12 +97,12 @@ def test_latest_reflects_updates_and_drops_tombstoned_keys(spark: SparkSession, 
     compactlog.open(data_dir).create_topic("t", 3, COMPACT)
     model: dict[bytes, bytes] = {}
     first = [(f"k{i % 30}", f"a{i}") for i in range(90)]
-    write(spark.createDataFrame(first, "k string, v string").coalesce(1), data_dir, "t")
+    write(spark.createDataFrame(first, "key string, value string").coalesce(1), data_dir, "t")
     apply(model, first)
-    assert {r.key: r.value for r in read(spark, data_dir, "t").collect()} == model
+    assert {r.key: r.value for r in read(spark, data_dir, "t", mode="latest").collect()} == model
 
     second = [(f"k{i}", None if i % 3 == 0 else f"b{i}") for i in range(0, 30, 2)]
-    write(spark.createDataFrame(second, "k string, v string").coalesce(1), data_dir, "t")
+    write(spark.createDataFrame(second, "key string, value string").coalesce(1), data_dir, "t")
     apply(model, second)
     latest = read(spark, data_dir, "t", mode="latest").collect()
     assert {r.key: r.value for r in latest} == model
@@ -125,13 +125,13 @@ def test_timestamp_and_header_columns_are_written(spark: SparkSession, data_dir:
 
 def test_keyless_rows_fail_the_write_on_a_compacted_topic(spark: SparkSession, data_dir: str) -> None:
     compactlog.open(data_dir).create_topic("t", 2, COMPACT)
-    df = spark.createDataFrame([("a", "1"), (None, "2")], "k string, v string").coalesce(1)
+    df = spark.createDataFrame([("a", "1"), (None, "2")], "key string, value string").coalesce(1)
     with pytest.raises(InvalidRecordError, match="without a key"):
         write(df, data_dir, "t")
 
 
 def test_writes_to_a_missing_topic_or_column_fail_before_any_task(spark: SparkSession, data_dir: str) -> None:
-    df = spark.createDataFrame([("a", "1")], "k string, v string")
+    df = spark.createDataFrame([("a", "1")], "key string, value string")
     with pytest.raises(UnknownTopicOrPartitionError):
         write(df, data_dir, "nope")
     assert not os.path.exists(data_dir)  # a failed write creates no data directory
@@ -152,7 +152,8 @@ def test_read_options_are_checked(spark: SparkSession, data_dir: str) -> None:
 def test_start_offsets_skip_earlier_records(spark: SparkSession, data_dir: str) -> None:
     store = compactlog.open(data_dir)
     store.create_topic("t", 2, COMPACT)
-    write(spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(40)], "k string, v string"), data_dir, "t")
+    rows = [(f"k{i}", f"v{i}") for i in range(40)]
+    write(spark.createDataFrame(rows, "key string, value string"), data_dir, "t")
     end = {p: store.log_end_offset("t", p) for p in range(2)}
     rows = read(spark, data_dir, "t", mode="log", start_offsets={0: 5}).collect()
     assert sorted(r.offset for r in rows if r.partition == 0) == list(range(5, end[0]))

@@ -93,12 +93,13 @@ def _raise_task_error(error: Exception) -> NoReturn:
     raise error
 
 
-def write(df: DataFrame, data_dir: str | os.PathLike[str], topic: str, key: str = "k", value: str = "v",
+def write(df: DataFrame, data_dir: str | os.PathLike[str], topic: str, key: str = "key", value: str = "value",
           timestamp: str | None = None, headers: str | None = None) -> WriteResult:
     """Append the rows of ``df`` to ``topic`` (which must exist), partitioned as Kafka's default partitioner.
 
-    ``key`` and ``value`` name binary or string columns (strings are written as UTF-8); a null value is a
-    tombstone. ``timestamp`` names an optional timestamp or long (epoch ms) column (default: append time),
+    ``key`` and ``value`` name binary or string columns (default ``key`` and ``value``, as the data
+    source's ``keyColumn`` / ``valueColumn``; strings are written as UTF-8); a null value is a tombstone.
+    ``timestamp`` names an optional timestamp or long (epoch ms) column (default: append time),
     ``headers`` an optional ``array<struct<key: string, value: binary>>`` column. Other columns are not
     written. Keyless rows are refused by compacted topics and take Kafka's sticky partitioner otherwise.
 
@@ -140,14 +141,14 @@ def write(df: DataFrame, data_dir: str | os.PathLike[str], topic: str, key: str 
     return WriteResult(topic, tuple(appends))
 
 
-def read(spark: SparkSession, data_dir: str | os.PathLike[str], topic: str, mode: str = "latest",
+def read(spark: SparkSession, data_dir: str | os.PathLike[str], topic: str, mode: str = "log",
          start_offsets: Mapping[int, int] | None = None, isolation_level: str = "read_uncommitted",
          end_offsets: Mapping[int, int] | None = None) -> DataFrame:
     """``topic`` as a DataFrame with columns topic, partition, offset, timestamp, key, value, headers.
 
+    ``mode="log"`` (the default, as the data source's): every record (transaction markers never).
     ``mode="latest"``: the newest record of every live key (tombstoned keys and keyless records absent).
-    ``mode="log"``: every record (transaction markers never). ``start_offsets`` / ``end_offsets`` map
-    partition -> offset (default: log start / log end, as of when Spark plans the query); offsets below the
+    ``start_offsets`` / ``end_offsets`` map partition -> offset (default: log start / log end, as of when Spark plans the query); offsets below the
     log start begin at the log start. ``isolation_level`` is ``read_uncommitted`` (every data record) or
     ``read_committed`` (up to the last stable offset, without aborted transactions' records).
     """
