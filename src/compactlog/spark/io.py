@@ -149,8 +149,9 @@ def read(spark: SparkSession, data_dir: str | os.PathLike[str], topic: str, mode
     ``mode="log"`` (the default, as the data source's): every record (transaction markers never).
     ``mode="latest"``: the newest record of every live key (tombstoned keys and keyless records absent).
     ``start_offsets`` / ``end_offsets`` map partition -> offset (default: log start / log end, as of when
-    Spark plans the query); offsets below the log start begin at the log start. ``isolation_level`` is ``read_uncommitted`` (every data record) or
-    ``read_committed`` (up to the last stable offset, without aborted transactions' records).
+    Spark plans the query); offsets below the log start begin at the log start. ``isolation_level`` is
+    ``read_uncommitted`` (every data record) or ``read_committed`` (up to the last stable offset, without
+    aborted transactions' records).
     """
     if mode not in MODES:
         raise ConfigError(f"mode is {mode!r}; allowed: {', '.join(MODES)}")
