@@ -15,6 +15,7 @@ from compactlog.spark.session import (
     local_cores,
     resolve_master,
     session,
+    standalone_addresses,
 )
 
 
@@ -93,3 +94,12 @@ def test_the_users_settings_are_never_overridden(monkeypatch: pytest.MonkeyPatch
     assert conf["spark.driver.extraJavaOptions"].startswith("-Xss4m -Dlog4j2.configurationFile=")
     own = default_conf("local[2]", {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=x"})
     assert "spark.driver.extraJavaOptions" not in own
+
+
+@pytest.mark.parametrize(("master", "addresses"), [
+    ("spark://h:7077", [("h", 7077)]),
+    ("spark://h1:7077,h2:7078", [("h1", 7077), ("h2", 7078)]),
+    ("spark://[::1]:7077", [("::1", 7077)]),
+    ("spark://h", []), ("local[2]", []), ("yarn", []), ("k8s://https://h:443", [])])
+def test_standalone_addresses(master: str, addresses: list[tuple[str, int]]) -> None:
+    assert standalone_addresses(master) == addresses
