@@ -31,7 +31,7 @@ DRIVER = textwrap.dedent("""
     from compactlog.spark import session
 
     data_dir, out_path = sys.argv[1:3]
-    spark = session("local[1]", log_level="ERROR")
+    spark = session("local[1]")  # warnings on, as a user's session
 
     def where(_):
         import sys
@@ -84,6 +84,8 @@ def test_workers_run_the_drivers_python_when_python3_on_path_cannot(tmp_path: Pa
                             env=env, capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, cwd=tmp_path)
 
     assert driver.returncode == 0, driver.stderr[-5000:]
+    # Quiet by default: not even the JVM's "WARNING: Using incubator modules" (compactlog.spark.gateway).
+    assert driver.stderr == ""
     result = json.loads(out.read_text())
     assert result["task"] == result["driver"] == [sys.executable, sys.prefix]
     assert result["read"] == [["k0", "v4"], ["k1", "v5"]]

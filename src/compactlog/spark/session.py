@@ -11,7 +11,8 @@ defaults, each overridable through ``conf``:
   ``PYSPARK_PYTHON`` variable (for its workers, and the JVM it starts reads it for Python data sources),
   never the conf key, so :func:`session` sets that variable in this process before Spark starts;
 * quiet logs: warnings and errors only (:file:`log4j2.properties` beside this module), no console
-  progress bar, no web UI;
+  progress bar, no web UI, and the JVM's stderr without the line it prints for Spark's incubator module
+  (:mod:`compactlog.spark.gateway`);
 * Arrow for pandas conversions; for a ``local`` master, as many shuffle partitions as cores (Spark's
   default of 200 makes every small shuffle slow on one machine);
 * ``spark.speculation`` stays off: the cleaner's rewrite tasks write files at fixed names (see
@@ -35,6 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExecutorError
+from . import gateway
 from .job_failure import first_line
 
 if TYPE_CHECKING:
@@ -157,7 +159,7 @@ def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *,
     An active session with the same master is reused (Spark's ``getOrCreate``), with ``conf`` applied
     to it as far as a running session allows.
     """
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     resolved = resolve_master(master)
@@ -175,11 +177,13 @@ def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *,
     # PySpark starts its workers with $PYSPARK_PYTHON (else "python3" from PATH) and ignores the conf key;
     # the JVM launched below inherits the variable too. Set before the first SparkContext of the process.
     os.environ["PYSPARK_PYTHON"] = executor_python(user, os.environ)
-    builder = SparkSession.builder.master(resolved)
     # default_conf leaves out the user's keys, except the driver's Java options it extends.
-    for key, value in {**user, **default_conf(resolved, user)}.items():
+    settings = {"spark.master": resolved, **user, **default_conf(resolved, user)}
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
+        gateway.start(SparkConf().setAll(list(settings.items())))  # the JVM, its stderr without noise
         spark = builder.getOrCreate()
     except Exception as e:  # no Java, a bad setting: say which master failed, in one line (the cause keeps all)
         raise ExecutorError(f"could not start Spark for master {resolved!r}: {first_line(e)}") from e
