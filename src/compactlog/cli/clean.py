@@ -2,9 +2,9 @@
 
 ``--spark-master URL`` picks another master (else ``$COMPACTLOG_SPARK_MASTER``, else ``local[*]``);
 ``--in-process`` runs the kernel in this process without Spark. Spark starts only when the pass has a
-partition to clean, and a standalone master that cannot be reached is an error at once. The report lists every cleaned partition
-and every skipped one with its reason; ``--json`` prints the same as JSON. The exit code is 1 when a
-partition was left uncleanable (the pass failed there), else 0.
+partition to clean, and a standalone master that cannot be reached is an error at once. The report lists
+every cleaned partition and every skipped one with its reason; ``--json`` prints the same as JSON. The
+exit code is 1 when a partition was left uncleanable (the pass failed there), else 0.
 """
 
 from __future__ import annotations
