@@ -44,6 +44,9 @@ def start(conf: SparkConf) -> None:
     if SparkContext._gateway is not None:
         return
     gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
-    stderr = gateway.proc.stderr
-    threading.Thread(target=forward, args=(stderr,), name="compactlog-jvm-stderr", daemon=True).start()
+    # No process of its own when PySpark joins a JVM that started this Python ($PYSPARK_GATEWAY_PORT).
+    process = getattr(gateway, "proc", None)
+    if process is not None and process.stderr is not None:
+        threading.Thread(target=forward, args=(process.stderr,), name="compactlog-jvm-stderr",
+                         daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway, conf=conf)
