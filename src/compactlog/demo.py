@@ -159,9 +159,15 @@ def latest_through_spark(spark: SparkSession, data_dir: str) -> tuple[str, dict[
             return "compactlog.Store.read_arrow", snapshot(store).latest
         finally:
             store.close()
-    df = (spark.read.format("compactlog").option("path", data_dir).option("topic", TOPIC)
-          .option("mode", "latest").load())
-    rows = df.select("key", "value").collect()
+    from .spark.job_failure import describe, worker_python
+
+    try:
+        df = (spark.read.format("compactlog").option("path", data_dir).option("topic", TOPIC)
+              .option("mode", "latest").load())
+        rows = df.select("key", "value").collect()
+    except Exception as e:  # a Spark error: its first line rarely says why
+        raise compactlog.ExecutorError(
+            f"reading through the compactlog data source failed: {describe(e, worker_python(spark))}") from e
     how = 'spark.read.format("compactlog").option("mode", "latest")'
     return how, {bytes(r.key): bytes(r.value) for r in rows}
 

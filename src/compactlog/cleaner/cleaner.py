@@ -14,6 +14,9 @@ A pass (:func:`clean`):
 4. applies retention to compacted partitions (segments below the log start; and ``retention.ms`` /
    ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.
 
+The executor is None (in process), a SparkSession, or an :class:`OnDemandExecutor`, which starts one only
+when step 3 has a round to run: a pass with nothing to clean never pays for a Spark start.
+
 A partition whose round fails is marked uncleanable with the reason; the other partitions go on, and the
 next pass retries it. At most one process cleans a partition at a time (``.cleaner.lock``).
 """
@@ -24,7 +27,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +98,13 @@ class CleanReport:
 
     def partition(self, topic: str, partition: int) -> PartitionCleanReport | None:
         return next((p for p in self.partitions if (p.topic, p.partition) == (topic, partition)), None)
+
+
+@dataclass(frozen=True)
+class OnDemandExecutor:
+    """An executor made by ``start()`` (a SparkSession, say) when a pass first has a round to run."""
+
+    start: Callable[[], Any]
 
 
 def segment_stats(log: Log) -> tuple[SegmentStats, ...]:
@@ -263,6 +273,10 @@ def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, exe
     """The rounds of the chosen partitions (their cleaner locks held): in process one after another, or on
     Spark all at once (:func:`compactlog.spark.executor.run_many_on_spark`); each is then swapped in and
     checkpointed on its own, so one partition's failure never costs another its round."""
+    if isinstance(executor, OnDemandExecutor):
+        if not chosen:
+            return
+        executor = executor.start()
     if executor is None:
         for ltc, log in chosen:
             started = time.monotonic()

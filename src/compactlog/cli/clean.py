@@ -1,15 +1,17 @@
 """``compactlog clean``: one cleaner pass over the data directory, on Spark (``local[*]``) by default.
 
 ``--spark-master URL`` picks another master (else ``$COMPACTLOG_SPARK_MASTER``, else ``local[*]``);
-``--in-process`` runs the kernel in this process without Spark. The report lists every cleaned partition
-and every skipped one with its reason; ``--json`` prints the same as JSON. The exit code is 1 when a
-partition was left uncleanable (the pass failed there), else 0.
+``--in-process`` runs the kernel in this process without Spark. Spark starts only when the pass has a
+partition to clean, and a standalone master that cannot be reached is an error at once. The report lists
+every cleaned partition and every skipped one with its reason; ``--json`` prints the same as JSON. The
+exit code is 1 when a partition was left uncleanable (the pass failed there), else 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExecutorError
@@ -80,19 +82,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _clean_on_spark(store: Any, args: argparse.Namespace) -> tuple[CleanReport, str]:
-    try:
+    """The pass plans first; Spark starts only when it has a round to run (a start takes seconds, and
+    imports PySpark). An unreachable standalone master is refused at once, whether or not there is work."""
+    if importlib.util.find_spec("pyspark") is None:
+        raise ExecutorError("PySpark is not installed; install compactlog[spark], or use --in-process")
+    from ..cleaner.cleaner import OnDemandExecutor
+    from ..spark.session import check_master_reachable, resolve_master
+
+    master = resolve_master(args.spark_master)
+    check_master_reachable(master)
+    started: list[tuple[Any, bool]] = []  # (session, whether this command started it)
+
+    def start() -> Any:
         from pyspark import SparkContext
 
-        from ..spark import session
-    except ImportError as e:
-        raise ExecutorError(f"PySpark is not installed ({e}); install compactlog[spark], "
-                            "or use --in-process") from e
-    started_here = SparkContext._active_spark_context is None  # stop only a session this command started
-    spark = session(args.spark_master)
-    name = f"Spark {spark.sparkContext.master}"
+        from ..spark.session import session
+
+        fresh = SparkContext._active_spark_context is None  # stop only a session this command started
+        started.append((session(master), fresh))
+        return started[-1][0]
+
     try:
-        report = store.clean(force=args.force, topic=args.topic, partition=args.partition, executor=spark)
+        report = store.clean(force=args.force, topic=args.topic, partition=args.partition,
+                             executor=OnDemandExecutor(start))
+        name = f"Spark {started[0][0].sparkContext.master}" if started else f"Spark {master}, not started"
     finally:
-        if started_here:
-            spark.stop()
+        for spark, fresh in started:
+            if fresh:
+                spark.stop()
     return report, name

@@ -86,6 +86,7 @@ from .clean_tasks import (
     probe_task,
     run_items,
 )
+from .job_failure import describe, worker_python
 
 if TYPE_CHECKING:
     from pyspark import SparkConf, SparkContext
@@ -154,12 +155,6 @@ def job_description(sc: SparkContext, text: str) -> Iterator[None]:
         sc.setLocalProperty("spark.job.description", previous)  # type: ignore[arg-type]
 
 
-def _short(error: BaseException) -> str:
-    """The first line of a Spark error (a Py4J error carries the whole JVM stack trace)."""
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"
-
-
 def pack(items: Sequence[Any], sizes: Sequence[int], slots: int,
          min_task_bytes: int = MIN_TASK_BYTES) -> list[list[Any]]:
     """Consecutive items in bins, one bin per Spark task: ``max(slots, total / min_task_bytes)`` bins (at
@@ -197,7 +192,7 @@ def _run_job(sc: SparkContext, items: Sequence[Item], sizes: Sequence[int], desc
             return sc.parallelize(bins, numSlices=len(bins)).mapPartitions(
                 lambda part: run_items(broadcasts, part)).collect()
         except Exception as e:
-            raise ExecutorError(f"Spark job '{description}' failed: {_short(e)}") from e
+            raise ExecutorError(f"Spark job '{description}' failed: {describe(e, worker_python(sc))}") from e
 
 
 def check_visible(sc: SparkContext, tasks: Sequence[CleanTask]) -> None:
@@ -212,7 +207,8 @@ def check_visible(sc: SparkContext, tasks: Sequence[CleanTask]) -> None:
         try:
             misses = sc.parallelize([[checks]] * slots, numSlices=slots).mapPartitions(probe_task).collect()
         except Exception as e:
-            raise ExecutorError(f"Spark could not run the cleaner's probe task: {_short(e)}") from e
+            raise ExecutorError(
+                f"Spark could not run the cleaner's probe task: {describe(e, worker_python(sc))}") from e
     if misses:
         host, directory, _ = misses[0]
         raise ExecutorError(not_visible_message(host, directory))

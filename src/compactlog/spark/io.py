@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, NoReturn
 import pyarrow as pa
 
 from .. import errors
-from ..errors import CompactLogError, ConfigError, InvalidRecordError
+from ..errors import CompactLogError, ConfigError, ExecutorError, InvalidRecordError
 from ..store import AppendResult
 from . import tasks
 from .datasource import NAME, register
+from .job_failure import describe, worker_python
 from .options import MODES, check_isolation_level, open_existing
 
 if TYPE_CHECKING:
@@ -82,15 +83,16 @@ class WriteResult:
         return dict(sorted(counts.items()))
 
 
-def _raise_task_error(error: Exception) -> NoReturn:
+def _raise_task_error(error: Exception, spark: SparkSession, what: str) -> NoReturn:
     """Re-raise a failed task's compactlog error as that error on the driver (from the Spark error), so
-    callers can catch ``InvalidRecordError`` or ``ExecutorError`` rather than parse Java traces."""
+    callers can catch ``InvalidRecordError`` or ``ExecutorError`` rather than parse Java traces; any other
+    failure is an ``ExecutorError`` naming its Python cause (:mod:`compactlog.spark.job_failure`)."""
     matches = list(_TASK_ERROR.finditer(str(error)))
     match = matches[-1] if matches else None  # the innermost error is the last one in the trace
     cls = getattr(errors, match.group(1), None) if match else None
     if match and isinstance(cls, type) and issubclass(cls, CompactLogError):
         raise cls(f"{match.group(2)} (in a Spark task)") from error
-    raise error
+    raise ExecutorError(f"Spark failed {what}: {describe(error, worker_python(spark))}") from error
 
 
 def write(df: DataFrame, data_dir: str | os.PathLike[str], topic: str, key: str = "key", value: str = "value",
@@ -135,7 +137,7 @@ def write(df: DataFrame, data_dir: str | os.PathLike[str], topic: str, key: str 
     try:
         rows = selected.mapInArrow(append_task, _APPEND_DDL).collect()
     except Exception as e:  # a Spark/Py4J error wrapping the task's traceback
-        _raise_task_error(e)
+        _raise_task_error(e, df.sparkSession, f"writing to topic {topic!r}")
     appends = (AppendResult(topic, row.partition, row.base_offset, row.last_offset, row.record_count)
                for row in rows)
     return WriteResult(topic, tuple(appends))
@@ -163,4 +165,7 @@ def read(spark: SparkSession, data_dir: str | os.PathLike[str], topic: str, mode
         if offsets is not None:
             by_partition = {str(int(p)): int(o) for p, o in offsets.items()}
             reader = reader.option(option, json.dumps({topic: by_partition}))
-    return reader.load()
+    try:
+        return reader.load()  # the JVM runs the data source's planning in a Python worker
+    except Exception as e:
+        _raise_task_error(e, spark, f"reading topic {topic!r}")

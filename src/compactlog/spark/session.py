@@ -11,14 +11,18 @@ defaults, each overridable through ``conf``:
   ``PYSPARK_PYTHON`` variable (for its workers, and the JVM it starts reads it for Python data sources),
   never the conf key, so :func:`session` sets that variable in this process before Spark starts;
 * quiet logs: warnings and errors only (:file:`log4j2.properties` beside this module), no console
-  progress bar, no web UI;
+  progress bar, no web UI, and the JVM's stderr without the line it prints for Spark's incubator module
+  (:mod:`compactlog.spark.gateway`);
 * Arrow for pandas conversions; for a ``local`` master, as many shuffle partitions as cores (Spark's
   default of 200 makes every small shuffle slow on one machine);
 * ``spark.speculation`` stays off: the cleaner's rewrite tasks write files at fixed names (see
   :mod:`compactlog.spark.executor`), and two attempts of one task must never run at once.
 
 A JVM holds one SparkContext: asking for another master while a session is running is an
-:class:`~compactlog.errors.ExecutorError`, never a silent reuse of the wrong cluster.
+:class:`~compactlog.errors.ExecutorError`, never a silent reuse of the wrong cluster. A standalone master
+(``spark://host:port``, or ``spark://h1:p1,h2:p2`` for masters with standby) that accepts no connection
+within :data:`MASTER_CONNECT_TIMEOUT_S` is an :class:`~compactlog.errors.ExecutorError` before Spark starts:
+Spark itself would retry its registration for a minute and log every attempt.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import socket
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExecutorError
+from . import gateway
+from .job_failure import first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,6 +47,9 @@ DEFAULT_MASTER = "local[*]"
 APP_NAME = "compactlog"
 LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+
+# How long a standalone master may take to accept a TCP connection before it counts as unreachable.
+MASTER_CONNECT_TIMEOUT_S = 3.0
 
 # local, local[4], local[*], local[4,2] (2 = task retries), local[*,2]
 _LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
@@ -66,6 +76,36 @@ def local_cores(master: str) -> int | None:
     if match:
         return int(match.group(1)) * int(match.group(2))
     return None
+
+
+def standalone_addresses(master: str) -> list[tuple[str, int]]:
+    """The (host, port) of every master in a standalone URL (``spark://h:7077``, ``spark://h1:7077,h2:7077``,
+    ``spark://[::1]:7077``); [] for any other master. A URL without a port is Spark's to refuse."""
+    if not master.startswith("spark://"):
+        return []
+    addresses = []
+    for address in master[len("spark://"):].split(","):
+        host, sep, port = address.strip().rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            return []
+        addresses.append((host.strip("[]"), int(port)))
+    return addresses
+
+
+def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """Raise ExecutorError when ``master`` is a standalone master none of whose addresses accepts a TCP
+    connection within ``timeout_s`` (every other master passes: Spark starts it or reports it)."""
+    addresses = standalone_addresses(master)
+    failures = []
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            return
+        except OSError as e:
+            failures.append(f"{host}:{port} ({e.strerror or type(e).__name__})")
+    if failures:
+        raise ExecutorError(f"Spark master {master} cannot be reached: no connection to {', '.join(failures)}; "
+                            "is the master running and the URL right?")
 
 
 def _conf_value(value: object) -> str:
@@ -119,7 +159,7 @@ def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *,
     An active session with the same master is reused (Spark's ``getOrCreate``), with ``conf`` applied
     to it as far as a running session allows.
     """
-    from pyspark import SparkContext
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     resolved = resolve_master(master)
@@ -132,17 +172,21 @@ def session(master: str | None = None, conf: Mapping[str, Any] | None = None, *,
         raise ExecutorError(
             f"a SparkSession for master {active.master!r} is already running in this process and a JVM "
             f"holds one SparkContext; stop it (spark.stop()) before asking for master {resolved!r}")
+    if active is None:
+        check_master_reachable(resolved)
     # PySpark starts its workers with $PYSPARK_PYTHON (else "python3" from PATH) and ignores the conf key;
     # the JVM launched below inherits the variable too. Set before the first SparkContext of the process.
     os.environ["PYSPARK_PYTHON"] = executor_python(user, os.environ)
-    builder = SparkSession.builder.master(resolved)
     # default_conf leaves out the user's keys, except the driver's Java options it extends.
-    for key, value in {**user, **default_conf(resolved, user)}.items():
+    settings = {"spark.master": resolved, **user, **default_conf(resolved, user)}
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
+        gateway.start(SparkConf().setAll(list(settings.items())))  # the JVM, its stderr without noise
         spark = builder.getOrCreate()
-    except Exception as e:  # no Java, a bad setting, an unreachable master: say which master failed
-        raise ExecutorError(f"could not start Spark for master {resolved!r}: {str(e).strip()[:2000]}") from e
+    except Exception as e:  # no Java, a bad setting: say which master failed, in one line (the cause keeps all)
+        raise ExecutorError(f"could not start Spark for master {resolved!r}: {first_line(e)}") from e
     spark.sparkContext.setLogLevel(level)
     register_data_source(spark)
     return spark
