@@ -223,14 +223,16 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0),
     ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
               "Producers idle this long, outside a transaction, are forgotten.", low=1),
-    ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction timeout.", low=1),
+    ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction.timeout.ms a transactional "
+              "producer may ask for; creating one with more raises InvalidTransactionTimeoutError.", low=1),
 )
 
 PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("batch.size", "int", 16_384, "Target batch size in bytes.", low=0),
     ConfigDef("linger.ms", "long", 5, "How long a batch waits for more records (Kafka 4.0 default).", low=0),
     ConfigDef("transactional.id", "string", None, "Enables transactions; unset means none.", nullable=True),
-    ConfigDef("transaction.timeout.ms", "int", 60_000, "Abort a transaction left open this long.", low=1),
+    ConfigDef("transaction.timeout.ms", "int", 60_000, "Abort a transaction left open this long, counted "
+              "on the store's clock from its first records; at most transaction.max.timeout.ms.", low=1),
     ConfigDef("enable.idempotence", "boolean", True, "Number batches so that retries are not duplicated."),
 )
 
