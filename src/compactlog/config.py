@@ -38,6 +38,7 @@ _TYPE_BOUNDS: dict[str, tuple[float, float]] = {
 # Kafka parses with Integer.parseInt / Long.parseLong / Double.parseDouble: no "1.5" for a LONG, no "1_000".
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
 
 
 class Synonym(NamedTuple):
@@ -54,7 +55,8 @@ class ConfigDef:
     """One config: Kafka name, type, default, doc, allowed values, broker synonyms (highest precedence first).
 
     Numbers lie in ``[low, high]`` (``(low, high]`` if ``low_open``) and in the Java type's range; ``choices``
-    restricts strings and list elements. ``attr`` is the Python attribute name."""
+    restricts strings and list elements. ``attr`` is the Python attribute name. ``no_effect``: why a config that
+    is accepted (so that Kafka's server.properties load) does nothing here."""
 
     name: str
     kind: Kind
@@ -66,10 +68,16 @@ class ConfigDef:
     choices: tuple[str, ...] = ()
     nullable: bool = False
     synonyms: tuple[Synonym, ...] = ()
+    no_effect: str = ""
 
     @property
     def attr(self) -> str:
         return self.name.replace(".", "_")
+
+    @property
+    def described(self) -> str:
+        """The doc as ``describe`` shows it: a config with no effect here says so, and why."""
+        return self.doc + (_NO_EFFECT.format(self.no_effect) if self.no_effect else "")
 
     def _bounds(self) -> tuple[Any, Any]:
         type_low, type_high = _TYPE_BOUNDS[self.kind]
@@ -210,17 +218,22 @@ def _synonym_def(topic: ConfigDef, syn: Synonym) -> ConfigDef:
 
 BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     *(_synonym_def(topic, syn) for topic in TOPIC_CONFIGS for syn in topic.synonyms),
-    ConfigDef("log.cleaner.enable", "boolean", True,
-              "Run the cleaner; when false, compacted logs are neither compacted nor retention-cleaned."),
+    ConfigDef("log.cleaner.enable", "boolean", True, "Run the cleaner; when false, logs whose cleanup.policy has "
+              "compact are neither compacted nor retention-cleaned, forced or not; delete-only ones keep retention."),
     # Kafka's definition allows 0 threads, but a broker then fails to start.
-    ConfigDef("log.cleaner.threads", "int", 1, "Number of cleaner threads.", low=1),
+    ConfigDef("log.cleaner.threads", "int", 1, "Number of cleaner threads.", low=1,
+              no_effect="in process a pass cleans its partitions one after another (each round spreads its own "
+              "steps over threads); on Spark the session's task slots decide how many rounds run at once"),
     # Kafka requires 1 MiB per thread; 1 KiB lets tests force multi-pass cleaning with tiny maps.
-    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134_217_728,
-              "Memory for the key -> offset maps of all cleaner threads together.", low=1024),
-    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9,
-              "Fill limit of a key -> offset map, as a fraction of its slots.", low=0, high=1, low_open=True),
-    ConfigDef("log.cleaner.io.buffer.size", "int", 524_288, "I/O buffers of all cleaner threads.", low=0),
-    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134_217_728, "Memory for the key -> offset map of one "
+              "cleaning round; in process rounds run one at a time, on Spark every running task (a round or a "
+              "split round's bin) may hold this much: once per task slot in all.", low=1024),
+    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, "Fill limit of a key -> offset map, as a "
+              "fraction of its slots.", low=0, high=1, low_open=True),
+    ConfigDef("log.cleaner.io.buffer.size", "int", 524_288, "I/O buffers of all cleaner threads.", low=0,
+              no_effect="pyarrow reads and writes the Parquet segments (a row group at a time) with its own buffers"),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0,
+              no_effect="no cleaner loop exists yet: store.clean() and compactlog clean run one pass when called"),
     ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
               "Producers idle this long, outside a transaction, are forgotten.", low=1),
     ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction.timeout.ms a transactional "
@@ -481,7 +494,7 @@ def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
 
 def describe_configs(
         scope: Literal["topic", "broker", "producer"] = "topic") -> list[tuple[str, str, str, str]]:
-    """(name, type, default, doc) of every config of ``scope``, defaults written as Kafka shows them."""
+    """(name, type, default, doc) of every config of ``scope``: defaults as Kafka writes them, docs described."""
     kafka_words = {"None": "null", "True": "true", "False": "false"}  # how Kafka writes these defaults
-    return [(d.name, d.kind, kafka_words.get(str(d.default), str(d.render(d.default))), d.doc)
+    return [(d.name, d.kind, kafka_words.get(str(d.default), str(d.render(d.default))), d.described)
             for d in _BY_NAME[scope].values()]

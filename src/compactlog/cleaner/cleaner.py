@@ -14,6 +14,10 @@ A pass (:func:`clean`):
 4. applies retention to compacted partitions (segments below the log start; and ``retention.ms`` /
    ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.
 
+With ``log.cleaner.enable=false`` (``server.properties``) a pass does none of this: it reports every
+compacted partition as skipped and changes nothing, as a Kafka broker with no cleaner; retention of
+``delete``-only topics (:meth:`~compactlog.store.Store.enforce_retention`, Kafka's LogManager) still runs.
+
 A partition whose round fails is marked uncleanable with the reason; the other partitions go on, and the
 next pass retries it. At most one process cleans a partition at a time (``.cleaner.lock``).
 """
@@ -63,6 +67,7 @@ if TYPE_CHECKING:
     from ..store import PartitionInfo, Store
 
 TopicPartition = tuple[str, int]
+CLEANER_DISABLED = "log.cleaner.enable=false: the cleaner is off for this data directory"
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,11 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
     state = store.cleaner_state
     now = store.clock()
     logs = list(_compacted_logs(store, topic, partition))
+    if not store.broker.log_cleaner_enable:
+        # Kafka then starts no LogCleaner: compacted logs are neither rolled for max.compaction.lag.ms,
+        # compacted nor retention-cleaned, forced or not (force waives the dirty ratio, not the setting).
+        report.skipped.update({(log.topic, log.partition): CLEANER_DISABLED for log in logs})
+        return report
     for log in logs:
         log.delete_expired_files()
         config = store.topic_config(log.topic)
