@@ -1,6 +1,6 @@
 """Every broker setting does what its doc says, or its doc and ``describe`` say it has no effect here, and why:
-log.cleaner.enable, the scope of log.cleaner.dedupe.buffer.size, and the settings accepted only for Kafka's
-sake (log.cleaner.threads, log.cleaner.io.buffer.size, log.cleaner.backoff.ms)."""
+log.cleaner.enable, log.cleaner.threads and the dedupe buffer it shares out, and the settings accepted only
+for Kafka's sake (log.cleaner.io.buffer.size, log.cleaner.backoff.ms)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def count(store: compactlog.Store, topic: str) -> int:
 
 def test_exactly_the_audited_settings_are_marked_without_effect() -> None:
     marked = {d.name for d in (*TOPIC_CONFIGS, *BROKER_CONFIGS, *PRODUCER_CONFIGS) if d.no_effect}
-    assert marked == {"log.cleaner.threads", "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms"}
+    assert marked == {"log.cleaner.io.buffer.size", "log.cleaner.backoff.ms"}
     for scope in ("topic", "broker", "producer"):
         for name, _, _, doc in describe_configs(scope):  # type: ignore[arg-type]
             assert (NO_EFFECT in doc) == (name in marked), name
@@ -56,17 +56,17 @@ def test_exactly_the_audited_settings_are_marked_without_effect() -> None:
 def test_topics_describe_names_the_settings_that_have_no_effect(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data"
-    with open_store(data, FakeClock(), "log.cleaner.threads=4\nlog.cleaner.backoff.ms=15000\n") as store:
+    with open_store(data, FakeClock(), "log.cleaner.io.buffer.size=1024\nlog.cleaner.backoff.ms=15000\n") as store:
         store.create_topic("users", 1)
     assert main(["topics", "describe", "users", "--data-dir", str(data)]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Note:")]
     # backoff.ms is set to its default: nothing differs from a store without the line
-    assert notes == [f"Note: log.cleaner.threads=4 (server.properties): Number of cleaner threads. {NO_EFFECT}"
-                     "in process a pass cleans its partitions one after another (each round spreads its own "
-                     "steps over threads); on Spark the session's task slots decide how many rounds run at once."]
+    assert notes == [f"Note: log.cleaner.io.buffer.size=1024 (server.properties): I/O buffers of all cleaner "
+                     f"threads. {NO_EFFECT}pyarrow reads and writes the Parquet segments (a row group at a time) "
+                     "with its own buffers."]
     assert main(["topics", "describe", "users", "--json", "--data-dir", str(data)]) == 0
     described = json.loads(capsys.readouterr().out)
-    assert list(described["broker_configs_without_effect"]) == ["log.cleaner.threads=4"]
+    assert list(described["broker_configs_without_effect"]) == ["log.cleaner.io.buffer.size=1024"]
     (data / "server.properties").write_text("")
     assert main(["topics", "describe", "users", "--data-dir", str(data)]) == 0
     assert "Note:" not in capsys.readouterr().out
@@ -110,31 +110,70 @@ def test_the_cli_clean_of_a_disabled_cleaner_changes_nothing(tmp_path: Path,
         assert count(store, "compacted") == 3
 
 
-# -- log.cleaner.dedupe.buffer.size: what it bounds ---------------------------------------------------------
+# -- log.cleaner.threads and log.cleaner.dedupe.buffer.size ---------------------------------------------------
 
-def test_in_process_rounds_run_one_at_a_time_each_with_the_whole_dedupe_buffer(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The doc's statement: one round's map is bounded by the buffer (tests/unit/test_cleaner.py), and in
-    process no two rounds run at once, so the buffer bounds the cleaner's maps in total."""
-    store = open_store(tmp_path, FakeClock(), "log.cleaner.dedupe.buffer.size=8192\n")
-    for topic in ("a", "b", "c"):
-        fill(store, topic, "compact")
-    running, most, buffers = 0, 0, []
+def watch_rounds(monkeypatch: pytest.MonkeyPatch, meet: int) -> dict[str, Any]:
+    """Wraps the in-process kernel: records the most rounds running at once and each round's dedupe buffer;
+    the first ``meet`` rounds wait for one another (a round left waiting alone fails after 30 s)."""
+    seen: dict[str, Any] = {"running": 0, "most": 0, "buffers": []}
     lock = threading.Lock()
+    barrier = threading.Barrier(meet, timeout=30)
     real = cleaner_module.run_in_process
 
-    def counted(task: Any, one_core: bool = False) -> Any:
-        nonlocal running, most
+    def watched(task: Any, one_core: bool = False) -> Any:
         with lock:
-            running += 1
-            most = max(most, running)
-        buffers.append(task.dedupe_buffer_bytes)
+            seen["running"] += 1
+            seen["most"] = max(seen["most"], seen["running"])
+            seen["buffers"].append(task.dedupe_buffer_bytes)
+            first = len(seen["buffers"]) <= meet
         try:
+            if first and meet > 1:
+                barrier.wait()
             return real(task, one_core)
         finally:
             with lock:
-                running -= 1
+                seen["running"] -= 1
 
-    monkeypatch.setattr(cleaner_module, "run_in_process", counted)
-    assert len(store.clean(force=True).partitions) == 3
-    assert most == 1 and buffers == [8192, 8192, 8192]
+    monkeypatch.setattr(cleaner_module, "run_in_process", watched)
+    return seen
+
+
+@pytest.mark.parametrize(("threads", "share"), [(1, 8192), (2, 4096)])
+def test_in_process_a_pass_cleans_log_cleaner_threads_partitions_at_once_sharing_the_dedupe_buffer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int, share: int) -> None:
+    """One round's map is bounded by its dedupe buffer (tests/unit/test_cleaner.py); at most threads rounds
+    run at once, each with buffer / threads, so the buffer bounds the cleaner's maps in total."""
+    store = open_store(tmp_path, FakeClock(), f"log.cleaner.threads={threads}\nlog.cleaner.dedupe.buffer.size=8192\n")
+    for topic in ("a", "b", "c"):
+        fill(store, topic, "compact")
+    seen = watch_rounds(monkeypatch, meet=threads)
+    report = store.clean(force=True)
+    assert [p.topic for p in report.partitions] == ["a", "b", "c"] and not report.skipped
+    assert seen["most"] == threads and seen["buffers"] == [share] * 3
+    assert all(count(store, topic) == 2 for topic in ("a", "b", "c"))
+    assert store.checkpoint.read() == {(topic, 0): 2 for topic in ("a", "b", "c")}
+
+
+def test_a_failed_round_among_concurrent_ones_costs_only_its_partition(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(tmp_path, FakeClock(), "log.cleaner.threads=2\n")
+    for topic in ("a", "b"):
+        fill(store, topic, "compact")
+    real = cleaner_module.run_in_process
+
+    def failing(task: Any, one_core: bool = False) -> Any:
+        if task.topic == "a":
+            raise compactlog.CleanerError("disk on fire")
+        return real(task, one_core)
+
+    monkeypatch.setattr(cleaner_module, "run_in_process", failing)
+    report = store.clean(force=True)
+    assert [p.topic for p in report.partitions] == ["b"]
+    assert report.skipped == {("a", 0): "uncleanable: disk on fire"}
+
+
+def test_each_cleaner_thread_needs_its_share_of_the_dedupe_buffer() -> None:
+    with pytest.raises(compactlog.ConfigError, match="512 bytes per cleaner thread"):
+        compactlog.BrokerConfig.from_properties({"log.cleaner.threads": 4, "log.cleaner.dedupe.buffer.size": 2048})
+    assert compactlog.BrokerConfig.from_properties(
+        {"log.cleaner.threads": 2, "log.cleaner.dedupe.buffer.size": 2048}).log_cleaner_threads == 2
