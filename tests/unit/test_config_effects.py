@@ -1,6 +1,8 @@
-"""Every broker setting does what its doc says, or its doc and ``describe`` say it has no effect here, and why:
-log.cleaner.enable, log.cleaner.threads and the dedupe buffer it shares out, and the settings accepted only
-for Kafka's sake (log.cleaner.io.buffer.size, log.cleaner.backoff.ms)."""
+"""Every config does what its doc says, or its doc and ``describe`` say it has no effect here, and why. Here:
+log.cleaner.enable, log.cleaner.threads and the dedupe buffer it shares out, the load factor,
+compression.type, enable.idempotence, and the settings accepted only for Kafka's sake
+(log.cleaner.io.buffer.size, log.cleaner.backoff.ms). The other configs' effects are tested with the code
+that honours them (test_plan, test_log, test_store, test_producer, test_cleaner, test_transactions)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import compactlog
@@ -115,7 +119,7 @@ def test_the_cli_clean_of_a_disabled_cleaner_changes_nothing(tmp_path: Path,
 def watch_rounds(monkeypatch: pytest.MonkeyPatch, meet: int) -> dict[str, Any]:
     """Wraps the in-process kernel: records the most rounds running at once and each round's dedupe buffer;
     the first ``meet`` rounds wait for one another (a round left waiting alone fails after 30 s)."""
-    seen: dict[str, Any] = {"running": 0, "most": 0, "buffers": []}
+    seen: dict[str, Any] = {"running": 0, "most": 0, "buffers": [], "capacities": []}
     lock = threading.Lock()
     barrier = threading.Barrier(meet, timeout=30)
     real = cleaner_module.run_in_process
@@ -125,6 +129,7 @@ def watch_rounds(monkeypatch: pytest.MonkeyPatch, meet: int) -> dict[str, Any]:
             seen["running"] += 1
             seen["most"] = max(seen["most"], seen["running"])
             seen["buffers"].append(task.dedupe_buffer_bytes)
+            seen["capacities"].append(task.map_capacity_bytes)
             first = len(seen["buffers"]) <= meet
         try:
             if first and meet > 1:
@@ -177,3 +182,50 @@ def test_each_cleaner_thread_needs_its_share_of_the_dedupe_buffer() -> None:
         compactlog.BrokerConfig.from_properties({"log.cleaner.threads": 4, "log.cleaner.dedupe.buffer.size": 2048})
     assert compactlog.BrokerConfig.from_properties(
         {"log.cleaner.threads": 2, "log.cleaner.dedupe.buffer.size": 2048}).log_cleaner_threads == 2
+
+
+def test_the_load_factor_limits_how_full_a_round_fills_its_map(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(tmp_path, FakeClock(), "log.cleaner.threads=2\nlog.cleaner.dedupe.buffer.size=8192\n"
+                       "log.cleaner.io.buffer.load.factor=0.5\n")
+    fill(store, "a", "compact")
+    seen = watch_rounds(monkeypatch, meet=1)
+    store.clean(force=True)
+    assert seen["capacities"] == [2048]  # 8192 / 2 threads * 0.5
+
+
+# -- compression.type, enable.idempotence ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("codec", "parquet"), [("producer", "SNAPPY"), ("gzip", "GZIP"), ("zstd", "ZSTD"),
+                                                ("uncompressed", "UNCOMPRESSED")])
+def test_compression_type_is_the_codec_of_sealed_and_cleaned_segments(tmp_path: Path, codec: str,
+                                                                      parquet: str) -> None:
+    store = compactlog.open(str(tmp_path), clock=FakeClock())
+    store.create_topic("t", 1, {"cleanup.policy": "compact", "compression.type": codec,
+                                "min.cleanable.dirty.ratio": 0.01})
+    store.append("t", 0, pa.table({"key": [b"k", b"k", b"j"], "value": [b"1", b"2", b"3"]}))
+    store.roll("t", 0)
+    store.append("t", 0, pa.table({"key": [b"k"], "value": [b"4"]}))
+
+    def codecs() -> set[str]:
+        found = set()
+        for segment in store.log("t", 0).sealed_segments():
+            metadata = pq.ParquetFile(segment.path).metadata
+            found |= {metadata.row_group(g).column(c).compression
+                      for g in range(metadata.num_row_groups) for c in range(metadata.num_columns)}
+        return found
+
+    assert codecs() == {parquet}
+    assert len(store.clean(force=True).partitions) == 1
+    assert codecs() == {parquet}
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_enable_idempotence_numbers_batches_with_a_producer_id(tmp_path: Path, idempotent: bool) -> None:
+    store = compactlog.open(str(tmp_path), clock=FakeClock())
+    store.create_topic("t", 1)
+    with store.producer(enable_idempotence=idempotent) as producer:
+        producer.send("t", key=b"k", value=b"v")
+    log = store.log("t", 0)
+    rows = pa.concat_tables(list(log.read_tables(0, columns=["producer_id", "sequence"])))
+    assert bool(pc.all(pc.greater_equal(rows.column("producer_id"), 0)).as_py()) is idempotent
