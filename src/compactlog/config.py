@@ -38,6 +38,9 @@ _TYPE_BOUNDS: dict[str, tuple[float, float]] = {
 # Kafka parses with Integer.parseInt / Long.parseLong / Double.parseDouble: no "1.5" for a LONG, no "1_000".
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
+# Dedupe buffer bytes per cleaner thread: Kafka requires 1 MiB; 1 KiB lets tests force multi-pass cleaning.
+_MIN_SHARE = 1024
 
 
 class Synonym(NamedTuple):
@@ -66,10 +69,16 @@ class ConfigDef:
     choices: tuple[str, ...] = ()
     nullable: bool = False
     synonyms: tuple[Synonym, ...] = ()
+    no_effect: str = ""  # why a config accepted so that Kafka's server.properties load does nothing here
 
     @property
     def attr(self) -> str:
         return self.name.replace(".", "_")
+
+    @property
+    def described(self) -> str:
+        """The doc as ``describe`` shows it: a config with no effect here says so, and why."""
+        return self.doc + (_NO_EFFECT.format(self.no_effect) if self.no_effect else "")
 
     def _bounds(self) -> tuple[Any, Any]:
         type_low, type_high = _TYPE_BOUNDS[self.kind]
@@ -149,6 +158,10 @@ class ConfigDef:
 
 _HOUR, _MINUTE = 3_600_000, 60_000  # ms
 
+# Kafka's compression.type values, in its order -> the pyarrow codec of sealed Parquet segments; we keep no
+# producer batches, so "producer" means snappy, Parquet's usual default.
+_PARQUET_CODECS = {"uncompressed": "none", "zstd": "zstd", "lz4": "lz4", "snappy": "snappy", "gzip": "gzip",
+                   "producer": "snappy"}
 TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("cleanup.policy", "list", ("delete",), "delete: retention drops old segments; compact: keep "
               "the last record per key.", choices=("delete", "compact"),
@@ -181,15 +194,10 @@ TOPIC_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("message.timestamp.type", "string", "CreateTime", "Record timestamps: the producer's "
               "(CreateTime) or the append time (LogAppendTime).", choices=("CreateTime", "LogAppendTime"),
               synonyms=(Synonym("log.message.timestamp.type"),)),
-    ConfigDef("compression.type", "string", "producer", "Codec of sealed Parquet segments; producer "
-              "means snappy, uncompressed none.", synonyms=(Synonym("compression.type"),),
-              choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+    ConfigDef("compression.type", "string", "producer", "Codec of sealed Parquet segments; producer means "
+              "snappy, uncompressed none.", choices=tuple(_PARQUET_CODECS), synonyms=(Synonym("compression.type"),)),
 )
 
-# Kafka's compression.type -> the pyarrow codec of sealed Parquet segments; we keep no producer
-# batches, so "producer" means snappy, Parquet's usual default.
-_PARQUET_CODECS = {"producer": "snappy", "uncompressed": "none", "zstd": "zstd", "lz4": "lz4",
-                   "snappy": "snappy", "gzip": "gzip"}
 # Pairs (a, b) of topic configs that must satisfy a <= b (LogConfig.validateValues).
 _ORDERED = (("min.compaction.lag.ms", "max.compaction.lag.ms"),)
 
@@ -210,27 +218,32 @@ def _synonym_def(topic: ConfigDef, syn: Synonym) -> ConfigDef:
 
 BROKER_CONFIGS: tuple[ConfigDef, ...] = (
     *(_synonym_def(topic, syn) for topic in TOPIC_CONFIGS for syn in topic.synonyms),
-    ConfigDef("log.cleaner.enable", "boolean", True,
-              "Run the cleaner; when false, compacted logs are neither compacted nor retention-cleaned."),
+    ConfigDef("log.cleaner.enable", "boolean", True, "Run the cleaner; when false, logs whose cleanup.policy has "
+              "compact are neither compacted nor retention-cleaned, forced or not; delete-only ones keep retention."),
     # Kafka's definition allows 0 threads, but a broker then fails to start.
-    ConfigDef("log.cleaner.threads", "int", 1, "Number of cleaner threads.", low=1),
-    # Kafka requires 1 MiB per thread; 1 KiB lets tests force multi-pass cleaning with tiny maps.
-    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134_217_728,
-              "Memory for the key -> offset maps of all cleaner threads together.", low=1024),
-    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9,
-              "Fill limit of a key -> offset map, as a fraction of its slots.", low=0, high=1, low_open=True),
-    ConfigDef("log.cleaner.io.buffer.size", "int", 524_288, "I/O buffers of all cleaner threads.", low=0),
-    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0),
+    ConfigDef("log.cleaner.threads", "int", 1, "How many partitions a pass cleans at once in process (on Spark, "
+              "the session's task slots); each round's map gets dedupe.buffer.size / threads.", low=1),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 134_217_728, "Memory for the key -> offset maps of the "
+              "cleaner's log.cleaner.threads rounds together. On Spark every running task (a round or a split "
+              "round's bin) takes one such share, so the maps total this times slots / threads.", low=_MIN_SHARE),
+    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, "Fill limit of a key -> offset map, as a "
+              "fraction of its slots.", low=0, high=1, low_open=True),
+    ConfigDef("log.cleaner.io.buffer.size", "int", 524_288, "I/O buffers of all cleaner threads.", low=0,
+              no_effect="pyarrow reads and writes the Parquet segments (a row group at a time) with its own buffers"),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0,
+              no_effect="no cleaner loop exists yet: store.clean() and compactlog clean run one pass when called"),
     ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
               "Producers idle this long, outside a transaction, are forgotten.", low=1),
-    ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction timeout.", low=1),
+    ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction.timeout.ms a transactional "
+              "producer may ask for; creating one with more raises InvalidTransactionTimeoutError.", low=1),
 )
 
 PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("batch.size", "int", 16_384, "Target batch size in bytes.", low=0),
     ConfigDef("linger.ms", "long", 5, "How long a batch waits for more records (Kafka 4.0 default).", low=0),
     ConfigDef("transactional.id", "string", None, "Enables transactions; unset means none.", nullable=True),
-    ConfigDef("transaction.timeout.ms", "int", 60_000, "Abort a transaction left open this long.", low=1),
+    ConfigDef("transaction.timeout.ms", "int", 60_000, "Abort a transaction left open this long, counted "
+              "on the store's clock from its first records; at most transaction.max.timeout.ms.", low=1),
     ConfigDef("enable.idempotence", "boolean", True, "Number batches so that retries are not duplicated."),
 )
 
@@ -383,6 +396,9 @@ class BrokerConfig(_Config):
 
     def _cross_check(self) -> None:
         _check_order(self._resolve(), {d.name: d.synonyms[0].name for d in TOPIC_CONFIGS})
+        if (share := self.log_cleaner_dedupe_buffer_size // self.log_cleaner_threads) < _MIN_SHARE:  # Kafka: 1 MiB
+            raise ConfigError(f"log.cleaner.dedupe.buffer.size: {share} bytes per cleaner thread is too little; "
+                              f"allowed: at least {_MIN_SHARE} times log.cleaner.threads ({self.log_cleaner_threads})")
 
     def _resolve(self) -> dict[str, Any]:
         """Topic defaults by topic config name; the first synonym that is set wins (ms > minutes > hours)."""
@@ -477,9 +493,8 @@ def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def describe_configs(
-        scope: Literal["topic", "broker", "producer"] = "topic") -> list[tuple[str, str, str, str]]:
-    """(name, type, default, doc) of every config of ``scope``, defaults written as Kafka shows them."""
+def describe_configs(scope: Literal["topic", "broker", "producer"] = "topic") -> list[tuple[str, str, str, str]]:
+    """(name, type, default, doc) of every config of ``scope``: defaults as Kafka writes them, docs described."""
     kafka_words = {"None": "null", "True": "true", "False": "false"}  # how Kafka writes these defaults
-    return [(d.name, d.kind, kafka_words.get(str(d.default), str(d.render(d.default))), d.doc)
+    return [(d.name, d.kind, kafka_words.get(str(d.default), str(d.render(d.default))), d.described)
             for d in _BY_NAME[scope].values()]

@@ -63,6 +63,11 @@ class ProducerFencedError(CompactLogError):
     """A producer whose transactional id was taken over by a newer instance (higher epoch)."""
 
 
+class InvalidTransactionTimeoutError(CompactLogError, ValueError):
+    """A transactional producer's ``transaction.timeout.ms`` above the broker's ``transaction.max.timeout.ms``
+    (Kafka's InvalidTransactionTimeoutException)."""
+
+
 class InvalidTxnStateError(CompactLogError):
     """A transactional call out of order: commit without begin, send outside a transaction, ..."""
 

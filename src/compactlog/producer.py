@@ -255,7 +255,9 @@ class Producer:
 
     def commit_transaction(self) -> None:
         """Append what is buffered, then write COMMIT markers into every partition of the transaction:
-        read_committed readers see all of it from then on, or (on an error) none of it."""
+        read_committed readers see all of it from then on, or (on an error) none of it. A transaction that
+        sent nothing writes no marker and no coordinator state (Kafka's producer sends no EndTxn for it); a
+        fenced producer still gets ProducerFencedError."""
         transactional_id = self._require_transactional()
         if not self._in_transaction:
             raise InvalidTxnStateError("commit_transaction() without an open transaction")
@@ -364,7 +366,9 @@ class Producer:
             assert self._producer_id is not None and self._transactional_id is not None
             new = [(buffer.topic, p) for p in targets if (buffer.topic, p) not in self._txn_partitions]
             if new:  # recorded before any data reaches them, so an abort or a timeout finds them
-                self.store.transactions.add_partitions(self._transactional_id, self._producer_id, self._epoch, new)
+                # The transaction's first records: the coordinator starts its timeout now, on its own clock.
+                self.store.transactions.add_partitions(self._transactional_id, self._producer_id, self._epoch, new,
+                                                       begins=not self._txn_partitions)
                 self._txn_partitions.update(new)
         for partition in targets:
             log: Log = self.store.log(buffer.topic, partition)

@@ -5,13 +5,17 @@ Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flo
 * ``producer-ids``: the next producer id to hand out (a decimal number);
 * ``<transactional id>.json`` (the id escaped into a safe file name): ``{"transactional_id",
   "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition the id ever wrote
-  to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms"}``,
+  to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms",
+  "txn_start_ms": when the coordinator saw the id's latest transaction begin (the store's clock), or null}``,
   written to a temporary file, fsynced and renamed.
 
 Whether a transaction is open is not kept here: the partitions' producer state knows it (a producer's
 transactional rows since its last marker, :mod:`compactlog.producer_state`), and that state is as
-durable as the rows themselves. So a transaction costs no coordinator write unless it reaches a
-partition for the first time, or commits across several partitions.
+durable as the rows themselves. When it began is kept here, as Kafka's coordinator keeps
+``txnStartTimestamp``: a transaction costs one coordinator write when it begins (its first records, Kafka's
+first AddPartitionsToTxn; not fsynced, see :meth:`TransactionCoordinator.add_partitions`), an fsynced one
+when it reaches a partition the id never wrote to, and two when it commits across several partitions. A
+transaction that sends nothing costs none and writes no marker (Kafka's producer sends no EndTxn for it).
 
 Rules (Kafka's transaction coordinator, on one machine):
 
@@ -25,8 +29,11 @@ Rules (Kafka's transaction coordinator, on one machine):
   commit across several partitions is first recorded as ``PrepareCommit`` with its partitions: if the
   process dies between markers, the next ``init_producer`` or maintenance pass writes the missing
   COMMIT markers (never ABORT ones);
-* a transaction open for longer than its ``transaction.timeout.ms`` (from its first record's timestamp)
-  is aborted by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass and
+* ``transaction.timeout.ms`` may not exceed the broker's ``transaction.max.timeout.ms``: ``init_producer``
+  refuses it with :class:`InvalidTransactionTimeoutError` (Kafka's InitProducerId does);
+* a transaction open for longer than its ``transaction.timeout.ms``, counted on the store's clock from when
+  the coordinator saw it begin (never from a record's CreateTime, which the producer chooses), is aborted
+  by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass and
   ``store.abort_expired_transactions()`` call it), with the epoch bumped so the stalled producer is fenced.
 """
 
@@ -42,7 +49,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ProducerFencedError, UnknownTopicOrPartitionError
+from .errors import InvalidTransactionTimeoutError, ProducerFencedError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from .store import Store
@@ -62,17 +69,34 @@ class TransactionMetadata:
     state: str = "Ready"
     prepared: list[TopicPartition] = field(default_factory=list)
     timeout_ms: int = 60_000
+    txn_start_ms: int | None = None  # the store's clock when the id's latest transaction began
 
     def to_json(self) -> dict[str, Any]:
         return {"transactional_id": self.transactional_id, "producer_id": self.producer_id, "epoch": self.epoch,
                 "partitions": [list(p) for p in self.partitions], "state": self.state,
-                "prepared": [list(p) for p in self.prepared], "timeout_ms": self.timeout_ms}
+                "prepared": [list(p) for p in self.prepared], "timeout_ms": self.timeout_ms,
+                "txn_start_ms": self.txn_start_ms}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TransactionMetadata:
+        # Files written before txn_start_ms existed have none: abort_expired then starts the count.
         return cls(raw["transactional_id"], raw["producer_id"], raw["epoch"],
                    [(t, p) for t, p in raw["partitions"]], raw["state"], [(t, p) for t, p in raw["prepared"]],
-                   raw["timeout_ms"])
+                   raw["timeout_ms"], raw.get("txn_start_ms"))
+
+
+def check_transaction_timeout(transactional_id: str, timeout_ms: int, max_timeout_ms: int) -> None:
+    """Kafka's InitProducerId rule: a transactional producer's timeout is at most the broker's maximum."""
+    if timeout_ms > max_timeout_ms:
+        raise InvalidTransactionTimeoutError(
+            f"transactional id {transactional_id!r}: transaction.timeout.ms={timeout_ms} is larger than the "
+            f"broker's transaction.max.timeout.ms={max_timeout_ms}; allowed: [1, {max_timeout_ms}]")
+
+
+def transaction_expired(now_ms: int, txn_start_ms: int, timeout_ms: int) -> bool:
+    """Whether a transaction that began at ``txn_start_ms`` (coordinator clock) has outlived its timeout
+    (Kafka: ``txnStartTimestamp + txnTimeoutMs < now``)."""
+    return now_ms - txn_start_ms > timeout_ms
 
 
 def _file_name(transactional_id: str) -> str:
@@ -97,13 +121,14 @@ class TransactionCoordinator:
         finally:
             os.close(fd)
 
-    def _write(self, name: str, text: str) -> None:
+    def _write(self, name: str, text: str, sync: bool = True) -> None:
         path = os.path.join(self.directory, name)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
 
     def _next_producer_id(self) -> int:
@@ -123,8 +148,8 @@ class TransactionCoordinator:
         except FileNotFoundError:
             return None
 
-    def _save(self, meta: TransactionMetadata) -> None:
-        self._write(_file_name(meta.transactional_id), json.dumps(meta.to_json()))
+    def _save(self, meta: TransactionMetadata, sync: bool = True) -> None:
+        self._write(_file_name(meta.transactional_id), json.dumps(meta.to_json()), sync)
 
     def _all(self) -> list[TransactionMetadata]:
         found = []
@@ -141,6 +166,7 @@ class TransactionCoordinator:
         with self._locked():
             if transactional_id is None:
                 return self._next_producer_id(), 0
+            check_transaction_timeout(transactional_id, timeout_ms, self.store.broker.transaction_max_timeout_ms)
             meta = self._load(transactional_id)
             if meta is None:
                 meta = TransactionMetadata(transactional_id, self._next_producer_id(), 0, timeout_ms=timeout_ms)
@@ -175,14 +201,22 @@ class TransactionCoordinator:
             self._current(transactional_id, producer_id, epoch)
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                       partitions: list[TopicPartition]) -> None:
-        """Check the producer is not fenced and record partitions it reaches for the first time."""
+                       partitions: list[TopicPartition], begins: bool = False) -> None:
+        """Check the producer is not fenced and record partitions it reaches for the first time; ``begins``
+        (the transaction's first records) records now, on the store's clock, as the transaction's start."""
         with self._locked():
             meta = self._current(transactional_id, producer_id, epoch)
             new = [tp for tp in partitions if tp not in meta.partitions]
-            if new:
-                meta.partitions.extend(new)
-                self._save(meta)
+            meta.partitions.extend(new)
+            if begins:
+                meta.txn_start_ms = self.store.clock()
+            if new or begins:
+                # A start alone is not fsynced (that doubled the fsyncs of a one-partition transaction and
+                # halved bench_transactions): a process crash keeps it (the page cache survives); a machine
+                # crash may lose it or bring back an older start, but it also killed every producer of this
+                # data directory (they run on this machine), so their open transactions can never commit
+                # and aborting them sooner is no loss (a missing start is counted from the next look).
+                self._save(meta, sync=bool(new))
 
     def end_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
                         partitions: list[TopicPartition]) -> None:
@@ -236,15 +270,16 @@ class TransactionCoordinator:
                 if meta.state == "PrepareCommit":  # a commit cut short by a crash: finish it
                     self._finish_prepared(meta)
                     self._save(meta)
-                expired = []
-                for topic, partition in self._open_partitions(meta):
-                    opened = self.store.log(topic, partition).open_transaction(meta.producer_id)
-                    if opened is not None and now - opened[1] > meta.timeout_ms:
-                        expired.append((topic, partition))
-                if expired:
+                open_partitions = self._open_partitions(meta)
+                if not open_partitions:
+                    continue
+                if meta.txn_start_ms is None:  # begun before the coordinator kept start times: count from now
+                    meta.txn_start_ms = now
+                    self._save(meta)
+                if transaction_expired(now, meta.txn_start_ms, meta.timeout_ms):
                     # Markers carry the next epoch, which fences the stalled producer in these partitions.
                     marker_epoch = meta.epoch + 1 if meta.epoch < EPOCH_MAX else meta.epoch
-                    self._write_markers(meta, self._open_partitions(meta), commit=False, epoch=marker_epoch)
+                    self._write_markers(meta, open_partitions, commit=False, epoch=marker_epoch)
                     self._bump_epoch(meta)
                     self._save(meta)
                     aborted.append(meta.transactional_id)

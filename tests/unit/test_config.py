@@ -502,14 +502,14 @@ def test_server_properties_syntax(tmp_path: Path) -> None:
         "log.cleanup.policy = compact, \\",
         "    delete",
         "log.cleaner.dedupe.buffer.size=1024",
-        "log.cleaner.dedupe.buffer.size=2048",  # the last one wins
+        "log.cleaner.dedupe.buffer.size=4096",  # the last one wins
     ]))
     broker = load_broker_config(tmp_path)
     assert broker.log_cleaner_threads == 4
     assert broker.log_cleaner_backoff_ms == 250
     assert broker.log_cleaner_enable is False
     assert broker.log_cleanup_policy == ("compact", "delete")
-    assert broker.log_cleaner_dedupe_buffer_size == 2048
+    assert broker.log_cleaner_dedupe_buffer_size == 4096
 
 
 def test_parse_properties() -> None:

@@ -9,13 +9,18 @@ A pass (:func:`clean`):
    compaction delay, and which are eligible, filthiest first, with the reason for every other one;
 3. cleans each eligible partition: the kernel builds the offset map and writes cleaned groups (in one
    read, newest first, when the dirty section's keys fit the map, :mod:`.single_pass`; else in two,
-   :mod:`.kernel`; in process or on Spark executors), the swap installs them (:mod:`.swap`), and only
-   then the checkpoint advances to the round's end offset;
+   :mod:`.kernel`; in process ``log.cleaner.threads`` partitions at a time, or on Spark executors, each
+   round's map in ``log.cleaner.dedupe.buffer.size / log.cleaner.threads``), the swap installs them
+   (:mod:`.swap`), and only then the checkpoint advances to the round's end offset;
 4. applies retention to compacted partitions (segments below the log start; and ``retention.ms`` /
    ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.
 
 The executor is None (in process), a SparkSession, or an :class:`OnDemandExecutor`, which starts one only
 when step 3 has a round to run: a pass with nothing to clean never pays for a Spark start.
+
+With ``log.cleaner.enable=false`` (``server.properties``) a pass does none of this: it reports every
+compacted partition as skipped and changes nothing, as a Kafka broker with no cleaner; retention of
+``delete``-only topics (:meth:`~compactlog.store.Store.enforce_retention`, Kafka's LogManager) still runs.
 
 A partition whose round fails is marked uncleanable with the reason; the other partitions go on, and the
 next pass retries it. At most one process cleans a partition at a time (``.cleaner.lock``).
@@ -28,6 +33,7 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +72,7 @@ if TYPE_CHECKING:
     from ..store import PartitionInfo, Store
 
 TopicPartition = tuple[str, int]
+CLEANER_DISABLED = "log.cleaner.enable=false: the cleaner is off for this data directory"
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,11 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
     state = store.cleaner_state
     now = store.clock()
     logs = list(_compacted_logs(store, topic, partition))
+    if not store.broker.log_cleaner_enable:
+        # Kafka then starts no LogCleaner: compacted logs are neither rolled for max.compaction.lag.ms,
+        # compacted nor retention-cleaned, forced or not (force waives the dirty ratio, not the setting).
+        report.skipped.update({(log.topic, log.partition): CLEANER_DISABLED for log in logs})
+        return report
     for log in logs:
         log.delete_expired_files()
         config = store.topic_config(log.topic)
@@ -211,6 +223,12 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
     return report
 
 
+def dedupe_buffer_share(dedupe_buffer_size: int, threads: int) -> int:
+    """The dedupe buffer of one round: Kafka's per-thread share, ``log.cleaner.dedupe.buffer.size /
+    log.cleaner.threads``, so that the rounds running at once in process hold at most the whole buffer."""
+    return dedupe_buffer_size // threads
+
+
 def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanTask, dict[int, int]]:
     config = store.topic_config(log.topic)
     broker = store.broker
@@ -218,7 +236,7 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
     files = tuple(SegmentFile(s.path, s.base_offset, s.next_offset, s.meta.size_bytes, s.meta.record_count,
                               s.meta.max_timestamp, s.meta.first_timestamp, s.aborted, s.meta.control_count)
                   for s in sealed)
-    buffer_bytes = int(broker.log_cleaner_dedupe_buffer_size)
+    buffer_bytes = dedupe_buffer_share(broker.log_cleaner_dedupe_buffer_size, broker.log_cleaner_threads)
     aborted = tuple(log.aborted_transactions(0, ltc.first_uncleanable_offset))
     # Markers and emptied batches are control rows: without any, there is no transaction state to keep.
     markers = transaction_facts(files) if any(s.meta.control_count for s in sealed) else frozenset()
@@ -270,13 +288,16 @@ def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, 
 
 def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,
                hook: SwapHook | None) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
-    """The rounds of the chosen partitions (their cleaner locks held): in process one after another, or on
-    Spark all at once (:func:`compactlog.spark.executor.run_many_on_spark`); each is then swapped in and
-    checkpointed on its own, so one partition's failure never costs another its round."""
+    """The rounds of the chosen partitions (their cleaner locks held): in process ``log.cleaner.threads`` at a
+    time, or on Spark all at once (:func:`compactlog.spark.executor.run_many_on_spark`); each is then swapped
+    in and checkpointed on its own, so one partition's failure never costs another its round."""
     if isinstance(executor, OnDemandExecutor):
         if not chosen:
             return
         executor = executor.start()
+    if executor is None and store.broker.log_cleaner_threads > 1:
+        yield from _concurrent_rounds(store, chosen, now, hook)
+        return
     if executor is None:
         for ltc, log in chosen:
             started = time.monotonic()
@@ -307,6 +328,44 @@ def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, exe
         except Exception as e:
             discard(results)
             yield ltc, e
+
+
+def _concurrent_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, hook: SwapHook | None,
+                       ) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
+    """In process, ``log.cleaner.threads`` rounds at once (Kafka's cleaner threads, each with its share of the
+    dedupe buffer): the kernels run on a thread pool, the calling thread swaps each round in and checkpoints
+    it, in the order chosen. Rounds not started when the caller stops are cancelled."""
+    def timed(task: CleanTask) -> tuple[float, tuple[MapResult, list[GroupResult]]]:
+        started = time.monotonic()
+        return started, run_in_process(task)
+
+    pool = ThreadPoolExecutor(store.broker.log_cleaner_threads, thread_name_prefix="compactlog-cleaner")
+    try:
+        submitted: list[tuple[LogToClean, Log, Future[Any] | Exception, dict[int, int]]] = []
+        for ltc, log in chosen:
+            try:
+                task, inodes = make_task(store, log, ltc, now)
+                submitted.append((ltc, log, pool.submit(timed, task), inodes))
+            except Exception as e:
+                submitted.append((ltc, log, e, {}))
+        for ltc, log, future, inodes in submitted:
+            if isinstance(future, Exception):
+                yield ltc, future
+                continue
+            try:
+                started, (mapped, results) = future.result()
+            except Exception as e:
+                yield ltc, e
+                continue
+            try:
+                outcome: PartitionCleanReport | Exception = commit_round(store, log, ltc, mapped, results, inodes,
+                                                                         started, hook)
+            except Exception as e:
+                discard(results)
+                outcome = e
+            yield ltc, outcome
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, results: list[GroupResult],

@@ -2,7 +2,8 @@
 
 ``describe`` shows what Kafka's ``kafka-topics --describe`` shows for a local log plus the cleaner's view of
 each partition: offsets, size, segments, dirty ratio, first dirty and first uncleanable offsets, and why a
-partition is uncleanable, if it is.
+partition is uncleanable, if it is. It also names the data directory's settings (``server.properties``, set
+away from their defaults) that are accepted for Kafka compatibility but have no effect here, and why.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 from typing import Any
 
 import compactlog
+from compactlog.config import BROKER_CONFIGS
 
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
 
@@ -78,13 +80,20 @@ def config_overrides(store: compactlog.Store, topic: str) -> dict[str, Any]:
     return {name: value for name, value in config.items() if defaults.get(name) != value}
 
 
+def broker_configs_without_effect(store: compactlog.Store) -> dict[str, str]:
+    """``name=value`` -> doc of each broker config set away from its default that has no effect here."""
+    return {f"{d.name}={d.render(store.broker.get(d.name))}": d.described for d in BROKER_CONFIGS
+            if d.no_effect and store.broker.get(d.name) != d.default}
+
+
 def describe_topic(store: compactlog.Store, topic: str) -> dict[str, Any]:
     partitions = []
     for info in store.describe(topic):
         entry = dataclasses.asdict(info)
         entry["segment_count"] = len(info.segments)
         partitions.append(entry)
-    return {"topic": topic, "partitions": partitions, "configs": config_overrides(store, topic)}
+    return {"topic": topic, "partitions": partitions, "configs": config_overrides(store, topic),
+            "broker_configs_without_effect": broker_configs_without_effect(store)}
 
 
 def _offset(value: int | None) -> str:
@@ -113,11 +122,14 @@ def run_describe(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         names = [args.name] if args.name else store.topics()
         described = [describe_topic(store, name) for name in names]
+        inert = broker_configs_without_effect(store)
     if args.json:
         print_json(described if not args.name else described[0])
     else:
         for topic in described:
             print_topic(topic, args.segments)
+        for setting, doc in inert.items():
+            print(f"Note: {setting} (server.properties): {doc}")
     return 0
 
 
