@@ -14,6 +14,8 @@ from .errors import (
     CompactLogError,
     ConfigError,
     CorruptSegmentError,
+    CorruptTopicMetadataError,
+    DataDirectoryError,
     ExecutorError,
     InvalidRecordError,
     InvalidTopicError,
@@ -21,6 +23,7 @@ from .errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    ReadOnlyStoreError,
     RecordTooLargeError,
     StoreClosedError,
     TopicExistsError,
@@ -33,7 +36,8 @@ __version__ = "0.1.0"
 
 
 def open(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:
-    """Open (creating if needed) a data directory. ``clock`` returns epoch milliseconds (default: wall clock)."""
+    """Open a data directory, creating a store in a missing or empty one (see :mod:`compactlog.data_dir`).
+    ``clock`` returns epoch milliseconds (default: wall clock)."""
     return open_store(data_dir, clock)
 
 
@@ -45,6 +49,8 @@ __all__ = [
     "CompactLogError",
     "ConfigError",
     "CorruptSegmentError",
+    "CorruptTopicMetadataError",
+    "DataDirectoryError",
     "ExecutorError",
     "InvalidRecordError",
     "InvalidTopicError",
@@ -54,6 +60,7 @@ __all__ = [
     "PartitionInfo",
     "ProducerConfig",
     "ProducerFencedError",
+    "ReadOnlyStoreError",
     "Record",
     "RecordMetadata",
     "RecordTooLargeError",
