@@ -149,7 +149,8 @@ class Store:
         if self._closed:
             raise StoreClosedError(f"store {self.data_dir} is closed")
 
-    def _check_writable(self, doing: str) -> None:
+    def check_writable(self, doing: str) -> None:
+        """Raise ReadOnlyStoreError (naming ``doing``) if this store was opened read-only."""
         self._check_open()
         if self.read_only:
             raise read_only_error(self.data_dir, doing)
@@ -181,7 +182,7 @@ class Store:
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         """Create a topic with ``partitions`` partitions and topic-config overrides (Kafka names)."""
-        self._check_writable(f"create topic {name!r}")
+        self.check_writable(f"create topic {name!r}")
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidTopicError(f"partitions must be a positive integer, got {partitions!r}")
@@ -215,7 +216,7 @@ class Store:
 
     def alter_topic_config(self, topic: str, changes: Mapping[str, Any]) -> TopicConfig:
         """Change topic-config overrides; a value of None resets a key to the data-directory default."""
-        self._check_writable(f"alter topic {topic!r}")
+        self.check_writable(f"alter topic {topic!r}")
         meta = self._meta(topic)
         new_config = alter(meta.config, changes, self.broker)
         overrides = dict(meta.overrides)
@@ -228,7 +229,7 @@ class Store:
         return self._meta(topic).config
 
     def delete_topic(self, topic: str) -> None:
-        self._check_writable(f"delete topic {topic!r}")
+        self.check_writable(f"delete topic {topic!r}")
         meta = self._meta(topic)
         os.unlink(self._meta_path(topic))
         fsync_dir(os.path.join(self.data_dir, TOPICS_DIR))
@@ -282,7 +283,7 @@ class Store:
         (``batch_size``, ``linger_ms``, ``transactional_id``, ``transaction_timeout_ms``)."""
         from .producer import Producer
 
-        self._check_writable("create a producer")
+        self.check_writable("create a producer")
         return Producer(self, producer_config({k.replace("_", "."): v for k, v in configs.items()}))
 
     def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch, *,
@@ -299,7 +300,7 @@ class Store:
         sequences from ``base_sequence``): a retry of an appended batch is not appended again and returns
         the original offsets; an older epoch raises ProducerFencedError, a sequence gap
         OutOfOrderSequenceError."""
-        self._check_writable(f"append to {topic}-{partition}")
+        self.check_writable(f"append to {topic}-{partition}")
         log = self.log(topic, partition)
         config = self.topic_config(topic)
         rows = to_rows(table, self.clock())
@@ -324,7 +325,7 @@ class Store:
 
     def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int:
         """Append a COMMIT or ABORT marker for a producer's transaction (fsynced); returns its offset."""
-        self._check_writable(f"write a transaction marker to {topic}-{partition}")
+        self.check_writable(f"write a transaction marker to {topic}-{partition}")
         return self.log(topic, partition).append_marker(producer_id, epoch,
                                                         CONTROL_COMMIT if commit else CONTROL_ABORT)
 
@@ -336,7 +337,7 @@ class Store:
     def abort_expired_transactions(self) -> list[str]:
         """Abort (with ABORT markers, fencing their producers) the transactions open longer than their
         ``transaction.timeout.ms``; returns their transactional ids."""
-        self._check_writable("abort expired transactions")
+        self.check_writable("abort expired transactions")
         return self.transactions.abort_expired()
 
     # -- consume -----------------------------------------------------------------------------------------
@@ -415,7 +416,7 @@ class Store:
 
     def roll(self, topic: str, partition: int) -> bool:
         """Seal the active segment now (no-op when it is empty)."""
-        self._check_writable(f"roll {topic}-{partition}")
+        self.check_writable(f"roll {topic}-{partition}")
         return self.log(topic, partition).roll()
 
     def describe(self, topic: str) -> list[PartitionInfo]:
@@ -431,7 +432,7 @@ class Store:
         has passed. Returns bytes removed per partition."""
         from .cleaner.cleaner import apply_retention
 
-        self._check_writable("enforce retention")
+        self.check_writable("enforce retention")
         removed: dict[tuple[str, int], int] = {}
         for log in list(self._logs.values()):  # files renamed .deleted earlier whose delay has passed
             log.delete_expired_files()
@@ -449,7 +450,7 @@ class Store:
         ``executor`` is None (in process) or a SparkSession (see :mod:`compactlog.spark`)."""
         from .cleaner.cleaner import clean
 
-        self._check_writable("clean")
+        self.check_writable("clean")
         self.abort_expired_transactions()  # maintenance: no open transaction outlives its timeout
         return clean(self, force=force, topic=topic, partition=partition, executor=executor)
 
