@@ -306,6 +306,9 @@ def test_read_only_commands_work_and_writes_are_one_line(filled: Path, capsys: p
         assert (code, out) == (2, "")
         assert err == f"compactlog: ReadOnlyStoreError: cannot create topic 'u': the data directory {view} is " \
                       "read-only (opened for reads only)\n"
+        monkeypatch.setattr("compactlog.cli.clean._clean_on_spark", lambda *a: pytest.fail("started Spark"))
+        code, out, err = cli(capsys, "clean", "--data-dir", str(view))
+        assert (code, out) == (2, "") and err.startswith("compactlog: ReadOnlyStoreError: cannot clean: ")
 
 
 # ------------------------------------------------------------------------------- topic metadata files
