@@ -1,6 +1,16 @@
-"""Helpers shared by tests: a fake clock, so nothing time-dependent ever sleeps."""
+"""Helpers shared by tests: a fake clock, so nothing time-dependent ever sleeps; a read-only view of a
+directory."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 
 class FakeClock:
@@ -16,3 +26,33 @@ class FakeClock:
         """Move the clock forward by ``ms`` milliseconds; returns the new time."""
         self.now += ms
         return int(self.now)
+
+
+@contextlib.contextmanager
+def read_only_view(source: Path) -> Iterator[Path]:
+    """``source`` seen through a read-only bind mount, where no process may write, root included (file
+    permissions do not stop root). Without the right to mount (not root), ``source`` itself with its write
+    permissions removed, restored afterwards. The mount is removed at exit."""
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [source, *source.rglob("*")]}
+        for path, mode in modes.items():
+            path.chmod(mode & ~0o222)
+        try:
+            yield source
+        finally:
+            for path, mode in modes.items():
+                path.chmod(mode)
+        return
+    target = Path(tempfile.mkdtemp(prefix="compactlog-ro-"))
+    try:
+        mounted = subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot bind-mount as root here: {mounted.stderr.decode().strip()}")
+        try:
+            subprocess.run(["mount", "-o", "remount,ro,bind", str(target)], check=True, capture_output=True)
+            yield target
+        finally:  # lazily if a file is still open under it (a failing test's store), so no mount is left
+            if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "--lazy", str(target)], check=True, capture_output=True)
+    finally:
+        target.rmdir()

@@ -14,6 +14,8 @@ from .errors import (
     CompactLogError,
     ConfigError,
     CorruptSegmentError,
+    CorruptTopicMetadataError,
+    DataDirectoryError,
     ExecutorError,
     InvalidRecordError,
     InvalidTopicError,
@@ -22,6 +24,7 @@ from .errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    ReadOnlyStoreError,
     RecordTooLargeError,
     StoreClosedError,
     TopicExistsError,
@@ -34,7 +37,8 @@ __version__ = "0.1.0"
 
 
 def open(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:
-    """Open (creating if needed) a data directory. ``clock`` returns epoch milliseconds (default: wall clock)."""
+    """Open a data directory, creating a store in a missing or empty one (see :mod:`compactlog.data_dir`).
+    ``clock`` returns epoch milliseconds (default: wall clock)."""
     return open_store(data_dir, clock)
 
 
@@ -46,6 +50,8 @@ __all__ = [
     "CompactLogError",
     "ConfigError",
     "CorruptSegmentError",
+    "CorruptTopicMetadataError",
+    "DataDirectoryError",
     "ExecutorError",
     "InvalidRecordError",
     "InvalidTopicError",
@@ -56,6 +62,7 @@ __all__ = [
     "PartitionInfo",
     "ProducerConfig",
     "ProducerFencedError",
+    "ReadOnlyStoreError",
     "Record",
     "RecordMetadata",
     "RecordTooLargeError",

@@ -78,3 +78,17 @@ class OutOfOrderSequenceError(CompactLogError):
 
 class ExecutorError(CompactLogError):
     """The Spark executor could not run a task (for example, an executor cannot see the data directory)."""
+
+
+class DataDirectoryError(CompactLogError):
+    """A path that cannot be opened as a data directory: a file, a directory that cannot be read, a
+    non-empty directory that is not a store, a malformed ``meta.properties``."""
+
+
+class ReadOnlyStoreError(CompactLogError):
+    """A write to a store whose data directory is read-only (a read-only mount, a snapshot); its reads
+    work."""
+
+
+class CorruptTopicMetadataError(CompactLogError):
+    """A topic's ``.topics/<topic>.json`` that cannot be read; the other topics are unaffected."""

@@ -5,10 +5,10 @@ one active segment (see :mod:`compactlog.segment` for the file formats). The log
 segment's next offset; the log start offset is the first segment's base offset.
 
 Concurrency: every change to the directory (append, roll, retention, the cleaner's swap) happens under the
-partition lock: a thread lock plus an exclusive ``flock`` on ``<partition-dir>/.lock``, so several processes
-can produce to one partition. Each process re-reads the directory when it takes the lock (another process
-may have appended, rolled or swapped). Readers take the lock only to snapshot the segment list and then
-read files without it; a file that vanished under them (rolled or replaced) makes them re-snapshot.
+partition lock: a thread lock plus an exclusive ``flock`` on ``<partition-dir>/.lock`` (shared by a read-only
+log, which writes nothing, not even recovery: :mod:`compactlog.data_dir`), so several processes can produce to
+one partition; each re-reads the directory when it takes the lock. Readers lock only to snapshot the segment
+list, then read files without it; a vanished file (rolled or replaced) makes them re-snapshot.
 
 Crash points and their recovery (``_recover``, run when the log is opened):
 
@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import from_numpy, repeat, to_numpy
+from .data_dir import check_recovered, open_partition_lock
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
 from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA, header_bytes
@@ -152,14 +153,11 @@ class Log:
     """One partition of a topic."""
 
     def __init__(self, directory: str, topic: str, partition: int, config: Callable[[], Any],
-                 clock: Callable[[], int]) -> None:
-        self.directory = directory
-        self.topic = topic
-        self.partition = partition
-        self._config = config
-        self._clock = clock
+                 clock: Callable[[], int], read_only: bool = False) -> None:
+        self.directory, self.topic, self.partition, self.read_only = directory, topic, partition, read_only
+        self._config, self._clock = config, clock
         self._thread_lock = threading.RLock()
-        self._lock_fd = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+        self._lock_fd, self._lock_mode = open_partition_lock(directory, read_only)
         self._sealed: list[SealedSegment] = []
         self._active: ActiveSegment | None = None
         self._pending_deletes: list[tuple[int, str]] = []
@@ -184,7 +182,7 @@ class Log:
                 finally:
                     self._lock_depth -= 1
                 return
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            fcntl.flock(self._lock_fd, self._lock_mode)
             self._lock_depth = 1
             try:
                 if refresh:
@@ -214,6 +212,8 @@ class Log:
 
     def _recover(self) -> None:
         names = [n for n in os.listdir(self.directory) if is_segment_name(n)]
+        if self.read_only:
+            return check_recovered(self.directory, names)  # nothing may be written: refuse what needs it
         for name in names:
             if name.endswith(DELETED_SUFFIX) or name.endswith(SEALING_SUFFIX):
                 os.unlink(os.path.join(self.directory, name))
@@ -276,10 +276,10 @@ class Log:
         if active_bases:
             base = max(active_bases)
             self._active, self.recovered_bytes = ActiveSegment.open(
-                os.path.join(self.directory, active[base]), base, truncate=True)
+                os.path.join(self.directory, active[base]), base, truncate=not self.read_only)
         else:
             path = os.path.join(self.directory, segment_name(end, ACTIVE_SUFFIX))
-            self._active = ActiveSegment.create(path, end)
+            self._active = ActiveSegment(path, end) if self.read_only else ActiveSegment.create(path, end)
             fsync_dir(self.directory)
         self._rebuild_producer_state()
 
@@ -359,7 +359,7 @@ class Log:
                 return
             if growth is not None:  # appends by another process: verify and take them in
                 before = current.next_offset
-                current.scan(truncate=True)
+                current.scan(truncate=not self.read_only)
                 for batch in current.read_batches(before):
                     if batch.num_rows:
                         self._apply_rows(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS))

@@ -2,29 +2,27 @@
 
 Layout of ``<data-dir>``:
 
+* ``meta.properties``: marks the directory as a store, with its id (:mod:`compactlog.data_dir`);
 * ``<topic>-<partition>/``: one partition's log (:mod:`compactlog.log`);
-* ``.topics/<topic>.json``: a topic's metadata ``{"name", "partitions", "config": {overrides},
-  "topic_id"}`` (the id is new at every creation, so a store can tell a re-created topic from the one it
-  had open), written to a temporary file, fsynced and renamed: creating this file is the moment a topic
-  exists, removing it the moment it is deleted (its partition directories are then renamed ``-delete``
-  and removed);
+* ``.topics/<topic>.json``: a topic's metadata (:mod:`compactlog.topic_metadata`): creating this file is
+  the moment a topic exists, removing it the moment it is deleted (its partition directories are then
+  renamed ``-delete`` and removed);
 * ``cleaner-offset-checkpoint``: the cleaner's next dirty offset per partition, in Kafka's text format;
 * ``server.properties`` (optional): data-directory defaults under Kafka's broker names.
 
 A :class:`Store` is what :func:`compactlog.open` returns. Several stores (in several processes) may share
-one data directory; each partition's appends are serialised by the partition lock.
+one data directory; each partition's appends are serialised by the partition lock. A store whose
+directory cannot be written opens read-only: it writes nothing, and its writes raise ReadOnlyStoreError.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,46 +30,34 @@ import pyarrow as pa
 from .checkpoint import CheckpointFile
 from .columns import from_numpy, to_numpy
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
-from .errors import (
-    ConfigError,
-    InvalidTopicError,
-    StoreClosedError,
-    TopicExistsError,
-    UnknownTopicOrPartitionError,
-)
+from .data_dir import TOPICS_DIR, open_data_dir, read_only_error
+from .errors import ConfigError, InvalidTopicError, StoreClosedError, TopicExistsError, UnknownTopicOrPartitionError
 from .log import Log, fsync_dir
 from .producer_state import aborted_mask
 from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, to_rows
+from .topic_metadata import (
+    TopicMetadata,
+    colliding_topic,
+    read_topic_metadata,
+    validate_topic_name,
+    write_topic_metadata,
+)
 from .transactions import TransactionCoordinator
 
 if TYPE_CHECKING:
     from .cleaner.cleaner import CleanReport
     from .producer import Producer
 
+__all__ = ["TOPICS_DIR", "AppendResult", "PartitionInfo", "SegmentInfo", "Store", "open_store",
+           "validate_topic_name"]
+
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-MAX_TOPIC_NAME = 249
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-TOPICS_DIR = ".topics"
 DELETE_DIR_SUFFIX = "-delete"
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def validate_topic_name(name: object) -> str:
-    """Kafka's topic-name rules; they also keep every name inside the data directory."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicError(f"topic name is {len(name)} characters; at most {MAX_TOPIC_NAME} are allowed")
-    if not TOPIC_NAME.fullmatch(name):  # not match(): "$" would let a trailing newline through
-        raise InvalidTopicError(
-            f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
-    return name
 
 
 @dataclass(frozen=True)
@@ -111,29 +97,22 @@ class AppendResult:
     record_count: int
 
 
-@dataclass
-class _TopicMeta:
-    name: str
-    partitions: int
-    overrides: dict[str, Any]
-    config: TopicConfig
-    stamp: tuple[int, int] = field(default=(0, 0))
-    topic_id: str | None = None  # new for every creation of the name (Kafka's topic id, KIP-516)
-
-
 class Store:
     """A data directory of topics. Use :func:`compactlog.open`."""
 
     def __init__(self, data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> None:
-        self.data_dir = os.path.abspath(os.fspath(data_dir))
-        os.makedirs(os.path.join(self.data_dir, TOPICS_DIR), exist_ok=True)
+        directory = open_data_dir(os.path.abspath(os.fspath(data_dir)))  # creates, upgrades or refuses
+        self.data_dir = directory.path
+        self.directory_id: str | None = directory.directory_id  # meta.properties' directory.id
+        self.read_only = directory.read_only
         self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
         self.broker: BrokerConfig = load_broker_config(self.data_dir)
         self.checkpoint = CheckpointFile(os.path.join(self.data_dir, CHECKPOINT_FILE))
-        if not os.path.exists(self.checkpoint.path):
-            self.checkpoint.write({})
-        self._remove_deleted_partitions()
-        self._topics: dict[str, _TopicMeta] = {}
+        if not self.read_only:
+            if not os.path.exists(self.checkpoint.path):
+                self.checkpoint.write({})
+            self._remove_deleted_partitions()
+        self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         self._closed = False
@@ -170,25 +149,18 @@ class Store:
         if self._closed:
             raise StoreClosedError(f"store {self.data_dir} is closed")
 
+    def check_writable(self, doing: str) -> None:
+        """Raise ReadOnlyStoreError (naming ``doing``) if this store was opened read-only."""
+        self._check_open()
+        if self.read_only:
+            raise read_only_error(self.data_dir, doing)
+
     # -- topics ------------------------------------------------------------------------------------------
 
     def _meta_path(self, topic: str) -> str:
         return os.path.join(self.data_dir, TOPICS_DIR, f"{topic}.json")
 
-    def _write_meta(self, topic: str, partitions: int, overrides: Mapping[str, Any],
-                    topic_id: str | None) -> None:
-        path = self._meta_path(topic)
-        # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
-        tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
-            json.dump(meta, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(os.path.dirname(path))
-
-    def _meta(self, topic: str) -> _TopicMeta:
+    def _meta(self, topic: str) -> TopicMetadata:
         self._check_open()
         validate_topic_name(topic)
         path = self._meta_path(topic)
@@ -201,16 +173,16 @@ class Store:
         cached = self._topics.get(topic)
         if cached is not None and cached.stamp == stamp:
             return cached
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-        meta = _TopicMeta(topic, int(raw["partitions"]), dict(raw["config"]),
-                          topic_config(raw["config"], self.broker), stamp, raw.get("topic_id"))
+        try:
+            meta = read_topic_metadata(path, topic, self.broker, stamp)
+        except FileNotFoundError:  # deleted since the stat
+            return self._meta(topic)
         self._topics[topic] = meta
         return meta
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
         """Create a topic with ``partitions`` partitions and topic-config overrides (Kafka names)."""
-        self._check_open()
+        self.check_writable(f"create topic {name!r}")
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise InvalidTopicError(f"partitions must be a positive integer, got {partitions!r}")
@@ -218,13 +190,18 @@ class Store:
         parsed = topic_config(overrides, self.broker)  # raises ConfigError before anything is written
         if os.path.exists(self._meta_path(name)):
             raise TopicExistsError(f"topic {name!r} already exists")
+        collision = colliding_topic(name, self.topics())
+        if collision is not None:
+            raise InvalidTopicError(f"topic {name!r} collides with existing topic {collision!r}: names that "
+                                    "differ only in '.' and '_' are refused, as Kafka refuses them")
         for partition in range(partitions):
             directory = self._partition_dir(name, partition)
             if os.path.exists(directory):  # left over by a create that crashed before its metadata
                 shutil.rmtree(directory)
             os.makedirs(directory)
         fsync_dir(self.data_dir)
-        self._write_meta(name, partitions, {k: parsed.get(k) for k in overrides}, uuid.uuid4().hex)
+        write_topic_metadata(self._meta_path(name), name, partitions, {k: parsed.get(k) for k in overrides},
+                             uuid.uuid4().hex)
 
     def topics(self) -> list[str]:
         self._check_open()
@@ -239,6 +216,7 @@ class Store:
 
     def alter_topic_config(self, topic: str, changes: Mapping[str, Any]) -> TopicConfig:
         """Change topic-config overrides; a value of None resets a key to the data-directory default."""
+        self.check_writable(f"alter topic {topic!r}")
         meta = self._meta(topic)
         new_config = alter(meta.config, changes, self.broker)
         overrides = dict(meta.overrides)
@@ -247,10 +225,11 @@ class Store:
                 overrides.pop(key, None)
             else:
                 overrides[key] = new_config.get(key)
-        self._write_meta(topic, meta.partitions, overrides, meta.topic_id)
+        write_topic_metadata(self._meta_path(topic), topic, meta.partitions, overrides, meta.topic_id)
         return self._meta(topic).config
 
     def delete_topic(self, topic: str) -> None:
+        self.check_writable(f"delete topic {topic!r}")
         meta = self._meta(topic)
         os.unlink(self._meta_path(topic))
         fsync_dir(os.path.join(self.data_dir, TOPICS_DIR))
@@ -287,7 +266,7 @@ class Store:
             log = None
         if log is None:
             log = Log(self._partition_dir(topic, partition), topic, partition,
-                      lambda: self._meta(topic).config, self.clock)
+                      lambda: self._meta(topic).config, self.clock, self.read_only)
             self._logs[key] = log
             self._log_topic_ids[key] = meta.topic_id
         return log
@@ -304,7 +283,7 @@ class Store:
         (``batch_size``, ``linger_ms``, ``transactional_id``, ``transaction_timeout_ms``)."""
         from .producer import Producer
 
-        self._check_open()
+        self.check_writable("create a producer")
         return Producer(self, producer_config({k.replace("_", "."): v for k, v in configs.items()}))
 
     def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch, *,
@@ -321,6 +300,7 @@ class Store:
         sequences from ``base_sequence``): a retry of an appended batch is not appended again and returns
         the original offsets; an older epoch raises ProducerFencedError, a sequence gap
         OutOfOrderSequenceError."""
+        self.check_writable(f"append to {topic}-{partition}")
         log = self.log(topic, partition)
         config = self.topic_config(topic)
         rows = to_rows(table, self.clock())
@@ -345,6 +325,7 @@ class Store:
 
     def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int:
         """Append a COMMIT or ABORT marker for a producer's transaction (fsynced); returns its offset."""
+        self.check_writable(f"write a transaction marker to {topic}-{partition}")
         return self.log(topic, partition).append_marker(producer_id, epoch,
                                                         CONTROL_COMMIT if commit else CONTROL_ABORT)
 
@@ -356,7 +337,7 @@ class Store:
     def abort_expired_transactions(self) -> list[str]:
         """Abort (with ABORT markers, fencing their producers) the transactions open longer than their
         ``transaction.timeout.ms``; returns their transactional ids."""
-        self._check_open()
+        self.check_writable("abort expired transactions")
         return self.transactions.abort_expired()
 
     # -- consume -----------------------------------------------------------------------------------------
@@ -435,6 +416,7 @@ class Store:
 
     def roll(self, topic: str, partition: int) -> bool:
         """Seal the active segment now (no-op when it is empty)."""
+        self.check_writable(f"roll {topic}-{partition}")
         return self.log(topic, partition).roll()
 
     def describe(self, topic: str) -> list[PartitionInfo]:
@@ -450,6 +432,7 @@ class Store:
         files whose ``file.delete.delay.ms`` has passed. Returns bytes removed per partition."""
         from .cleaner.cleaner import apply_retention
 
+        self.check_writable("enforce retention")
         removed: dict[tuple[str, int], int] = {}
         for log in list(self._logs.values()):  # files renamed .deleted earlier whose delay has passed
             log.delete_expired_files()
@@ -467,6 +450,7 @@ class Store:
         ``executor`` is None (in process) or a SparkSession (see :mod:`compactlog.spark`)."""
         from .cleaner.cleaner import clean
 
+        self.check_writable("clean")
         self.abort_expired_transactions()  # maintenance: no open transaction outlives its timeout
         return clean(self, force=force, topic=topic, partition=partition, executor=executor)
 
@@ -495,6 +479,7 @@ def _records(tables: Iterator[pa.Table]) -> Iterator[Record]:
 
 
 def open_store(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:
-    """Open (creating if needed) a data directory. ``clock`` returns epoch milliseconds."""
+    """Open a data directory, creating a store in a missing or empty one (see :mod:`.data_dir`); a read-only
+    directory opens read-only. ``clock`` returns epoch milliseconds."""
     return Store(data_dir, clock)
 

@@ -8,12 +8,14 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pytest
 
 import compactlog
-from compactlog import ConfigError, InvalidRecordError, UnknownTopicOrPartitionError
+from compactlog import ConfigError, InvalidRecordError, ReadOnlyStoreError, UnknownTopicOrPartitionError
 from compactlog.partitioner import partition_for_key
 from compactlog.spark import read, write
+from support import read_only_view
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -158,3 +160,22 @@ def test_start_offsets_skip_earlier_records(spark: SparkSession, data_dir: str) 
     rows = read(spark, data_dir, "t", mode="log", start_offsets={0: 5}).collect()
     assert sorted(r.offset for r in rows if r.partition == 0) == list(range(5, end[0]))
     assert sorted(r.offset for r in rows if r.partition == 1) == list(range(end[1]))
+
+
+def test_a_read_only_data_directory_is_read_and_refuses_writes(spark: SparkSession, tmp_path: Path) -> None:
+    """A read-only mount (or snapshot): the driver and the tasks open it read-only (no lock file is opened
+    for writing); a write fails before any task runs."""
+    data = tmp_path / "data"
+    with compactlog.open(data) as store:
+        store.create_topic("users", 2, COMPACT)
+        for partition in range(2):
+            store.append("users", partition, pa.table({"key": [b"a", b"b", b"a"],
+                                                       "value": [b"1", b"2", f"3-{partition}".encode()]}))
+    with read_only_view(data) as view:
+        log = sorted((r.partition, r.offset, r.key, r.value) for r in read(spark, str(view), "users", "log").collect())
+        assert log == [(p, o, k, v) for p in range(2)
+                       for o, k, v in [(0, b"a", b"1"), (1, b"b", b"2"), (2, b"a", f"3-{p}".encode())]]
+        latest = sorted((r.partition, r.key, r.value) for r in read(spark, str(view), "users").collect())
+        assert latest == [(p, k, v) for p in range(2) for k, v in [(b"a", f"3-{p}".encode()), (b"b", b"2")]]
+        with pytest.raises(ReadOnlyStoreError, match="read-only"):
+            write(spark.createDataFrame([("c", "4")], "k string, v string"), str(view), "users")

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.partition is not None and args.topic is None:
         raise UsageError("--partition needs --topic")
     with open_store(args) as store:
+        store.check_writable("clean")  # before a Spark session is started for nothing
         if args.topic is not None:
             store.partitions(args.topic)  # an unknown topic is an error, not an empty pass
         if args.in_process:

@@ -36,9 +36,10 @@ def data_dir(args: argparse.Namespace) -> str:
 
 
 def open_store(args: argparse.Namespace, create: bool = False) -> compactlog.Store:
-    """The store of ``--data-dir``; it must exist unless ``create``."""
+    """The store of ``--data-dir``; it must exist unless ``create`` (a path that is not a data directory is
+    the store's DataDirectoryError)."""
     path = data_dir(args)
-    if not create and not os.path.isdir(path):
+    if not create and not os.path.lexists(path):
         raise UsageError(f"data directory {path!r} does not exist (use --data-dir or ${ENV_DATA_DIR})")
     return compactlog.open(path)
 

@@ -110,8 +110,8 @@ def write(df: DataFrame, data_dir: str | os.PathLike[str], topic: str, key: str 
     non-transactional producer; Spark's task retries append again (at least once).
     """
     path = os.path.abspath(os.fspath(data_dir))
-    with open_existing(path, topic):  # UnknownTopicOrPartitionError here, before any task runs
-        pass
+    with open_existing(path, topic) as store:  # UnknownTopicOrPartitionError here, before any task runs
+        store.check_writable(f"write to topic {topic!r}")
     columns = {"key": key, "value": value}
     if timestamp is not None:
         columns["timestamp"] = timestamp

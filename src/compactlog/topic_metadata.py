@@ -1,0 +1,95 @@
+"""A topic's metadata file ``<data-dir>/.topics/<topic>.json`` and the rules for topic names.
+
+Format: ``{"name", "partitions", "config": {overrides by Kafka name}, "topic_id"}`` (the id is new at every
+creation, so a store can tell a re-created topic from the one it had open; files written before ids existed
+have none). The file is written to a temporary file, fsynced and renamed: creating it is the moment a topic
+exists, removing it the moment it is deleted. A file that cannot be read as this format is a
+:class:`CorruptTopicMetadataError` naming it, raised when that topic is used; other topics are unaffected.
+
+Names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``; and two names that differ
+only in ``.`` versus ``_`` collide (Kafka's ``Topic.hasCollision``: its metric names replace ``.`` with
+``_``), so a topic is refused when its name collides with an existing one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import BrokerConfig, TopicConfig, topic_config
+from .errors import CorruptTopicMetadataError, InvalidTopicError
+from .segment import fsync_path
+
+TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME = 249
+
+
+def validate_topic_name(name: object) -> str:
+    """Kafka's topic-name rules; they also keep every name inside the data directory."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters; at most {MAX_TOPIC_NAME} are allowed")
+    if not TOPIC_NAME.fullmatch(name):  # not match(): "$" would let a trailing newline through
+        raise InvalidTopicError(
+            f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+def unify_collision_chars(name: str) -> str:
+    """Kafka's ``Topic.unifyCollisionChars``: ``.`` read as ``_``."""
+    return name.replace(".", "_")
+
+
+def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
+    """An existing topic whose name differs from ``name`` yet collides with it, if any."""
+    unified = unify_collision_chars(name)
+    return next((t for t in sorted(existing) if t != name and unify_collision_chars(t) == unified), None)
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    partitions: int
+    overrides: dict[str, Any]
+    config: TopicConfig
+    stamp: tuple[int, int] = field(default=(0, 0))  # (mtime_ns, inode) of the file it was read from
+    topic_id: str | None = None  # new for every creation of the name (Kafka's topic id, KIP-516)
+
+
+def read_topic_metadata(path: str, topic: str, broker: BrokerConfig, stamp: tuple[int, int]) -> TopicMetadata:
+    """The metadata in ``path``; FileNotFoundError propagates (the topic does not exist)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        raw = json.loads(data.decode("utf-8"))
+        partitions, overrides, topic_id = raw["partitions"], raw["config"], raw.get("topic_id")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
+        if not isinstance(overrides, dict) or not (topic_id is None or isinstance(topic_id, str)):
+            raise ValueError("config must be an object and topic_id a string")
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptTopicMetadataError(
+            f"topic {topic!r}: cannot read its metadata file {path}: {type(e).__name__}: {e}") from e
+    # A config the broker's defaults now refuse is a ConfigError, not corruption.
+    return TopicMetadata(topic, partitions, dict(overrides), topic_config(overrides, broker), stamp, topic_id)
+
+
+def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
+                         topic_id: str | None) -> None:
+    # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
+    tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
+        json.dump(meta, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(os.path.dirname(path))
