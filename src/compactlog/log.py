@@ -37,17 +37,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from .cleaner.plan import SegmentStats, idle_roll_due
 from .columns import from_numpy, repeat, to_numpy
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
+from .frame_plan import plan_frames, row_sizes
 from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
-from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA, header_bytes
+from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
 from .segment import (
     ACTIVE_SUFFIX,
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    FRAME_HEADER_SIZE,
     SEALED_SUFFIX,
     SEALING_SUFFIX,
     SWAP_SUFFIX,
@@ -55,7 +55,6 @@ from .segment import (
     SealedSegment,
     SegmentMeta,
     encode_stored,
-    frame_row_bytes,
     fsync_path,
     is_segment_name,
     offset_from_name,
@@ -65,12 +64,6 @@ from .segment import (
     write_sealed,
 )
 
-# Rows per active-segment frame: bounds the memory of one append and of one read step.
-MAX_FRAME_ROWS = 65536
-# Bytes a frame costs beyond its rows (frame header plus the Arrow IPC message header).
-FRAME_OVERHEAD_BYTES = FRAME_HEADER_SIZE + 1024
-# Bytes of one header beyond its name and value: two value offsets and validity bits.
-HEADER_FIXED_BYTES = 9
 READ_RETRIES = 5
 # The columns producer state is rebuilt from.
 PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",
@@ -83,19 +76,6 @@ _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 def fsync_dir(path: str) -> None:
     """Make a directory's renames and creations durable (a directory fsyncs like a file)."""
     fsync_path(path)
-
-
-def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:
-    """Upper bounds of the bytes each row adds to a frame that leaves out the ``omitted`` columns, for
-    roll-by-size decisions: a segment that rolls by size stays within ``segment.bytes``."""
-    sizes = np.full(batch.num_rows, frame_row_bytes(omitted), dtype=np.int64)
-    for name in ("key", "value"):
-        lengths = pc.binary_length(batch.column(name))
-        sizes += _int64s(pc.fill_null(lengths, 0) if lengths.null_count else lengths)
-    headers = batch.column("headers")
-    if headers.null_count < len(headers):
-        sizes += _int64s(pc.fill_null(header_bytes(headers, HEADER_FIXED_BYTES), 0))
-    return sizes
 
 
 # A frame encoded by the helper thread (header, payload), or the error it raised instead.
@@ -418,7 +398,8 @@ class Log:
                 table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
             first_offset = self.active.next_offset
             omitted = omitted_columns(table)
-            frames = self._plan_frames(table, omitted, config.segment_bytes, config.roll_ms)
+            frames = plan_frames(SegmentStats.from_meta(self.active.meta()), row_sizes(table, omitted),
+                                 _int64s(table.column(1)), config.segment_bytes, config.roll_ms)
             stored = table.select(stored_columns(omitted)[1])
             batches = []
             for start, end, _ in frames:
@@ -491,36 +472,6 @@ class Log:
             self._producers.expire(now_ms, expiration_ms)
             return set(self._producers.last_offsets_of_active_producers(now_ms, expiration_ms).values())
 
-    def _plan_frames(self, table: pa.Table, omitted: int, segment_bytes: int,
-                     roll_ms: int) -> list[tuple[int, int, bool]]:
-        """Cut ``table`` into frames ``(start, end, roll_first)``: the active segment is rolled before a
-        frame that would take it past ``segment_bytes`` (by an upper bound of the frame's size), or whose
-        newest timestamp is more than ``roll_ms`` after the segment's first one."""
-        n = table.num_rows
-        sizes = np.cumsum(row_sizes(table, omitted))
-        timestamps = _int64s(table.column(1))
-        active_bytes = self.active.size
-        first_timestamp = self.active.first_timestamp
-        frames: list[tuple[int, int, bool]] = []
-        roll_first = False
-        start = 0
-        while start < n:
-            base_bytes = sizes[start - 1] if start else 0
-            room = segment_bytes - active_bytes - FRAME_OVERHEAD_BYTES
-            end = min(int(np.searchsorted(sizes, base_bytes + room, side="right")), start + MAX_FRAME_ROWS, n)
-            too_old = end > start and int(timestamps[start:end].max()) - first_timestamp > roll_ms
-            if active_bytes and (end <= start or too_old):
-                roll_first, active_bytes = True, 0
-                continue
-            end = max(end, start + 1)  # an empty segment takes at least one record, however large
-            if not active_bytes:
-                first_timestamp = int(timestamps[start])
-            frames.append((start, end, roll_first))
-            active_bytes += int(sizes[end - 1] - base_bytes) + FRAME_OVERHEAD_BYTES
-            roll_first = False
-            start = end
-        return frames
-
     def flush(self) -> None:
         with self.locked():
             self.active.flush()
@@ -536,8 +487,7 @@ class Log:
     def maybe_roll_idle(self, now: int, max_age_ms: int) -> bool:
         """Roll a non-empty active segment whose first record is older than ``max_age_ms``."""
         with self.locked():
-            first = self.active.first_timestamp
-            if self.active.record_count and first >= 0 and now - first > max_age_ms:
+            if idle_roll_due(SegmentStats.from_meta(self.active.meta()), now, max_age_ms):
                 self._roll()
                 return True
             return False
