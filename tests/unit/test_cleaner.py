@@ -8,15 +8,10 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import compactlog
 from compactlog.checkpoint import read_checkpoint
-from compactlog.cleaner.kernel import CleanTask, retain_mask
 from compactlog.cleaner.offset_map import ENTRY_OVERHEAD_BYTES, OffsetMap
-from compactlog.cleaner.retain import should_retain_record
-from compactlog.record import SCHEMA
 from support import FakeClock
 
 DAY = 86_400_000
@@ -66,49 +61,6 @@ def test_offset_map_distinguishes_keys_a_digest_map_could_confuse() -> None:
     m = OffsetMap(1 << 20)
     m.put_records(pa.array(keys), np.arange(256))
     assert len(m) == 256 and list(m.lookup(pa.array(keys))) == list(range(256))
-
-
-# -- the vectorised rule agrees with the scalar reference ------------------------------------------------
-
-record_strategy = st.tuples(
-    st.sampled_from([None, b"a", b"b", b"c"]),  # key
-    st.booleans(),  # tombstone
-    st.booleans(),  # control
-    st.sampled_from([-1, 50, 150]),  # delete horizon
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(record_strategy, min_size=1, max_size=30), st.integers(0, 30), st.integers(0, 300))
-def test_retain_mask_matches_should_retain_record(records, map_upto, now) -> None:  # type: ignore[no-untyped-def]
-    n = len(records)
-    keys = [k for k, _, _, _ in records]
-    m = OffsetMap(1 << 20)
-    mapped = [(i, k) for i, (k, _, control, _) in enumerate(records) if i < map_upto and k is not None and not control]
-    if mapped:
-        m.put_records(pa.array([k for _, k in mapped], pa.binary()), np.array([i for i, _ in mapped]))
-    m.update_latest_offset(min(map_upto, n) - 1)
-    table = pa.table({
-        "offset": pa.array(range(n), pa.int64()), "timestamp": pa.array([0] * n, pa.int64()),
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array([None if t else b"v" for _, t, _, _ in records], pa.binary()),
-        "headers": pa.nulls(n, SCHEMA.field("headers").type),
-        "producer_id": pa.array([-1] * n, pa.int64()), "producer_epoch": pa.array([-1] * n, pa.int16()),
-        "sequence": pa.array([-1] * n, pa.int32()), "is_transactional": pa.array([False] * n),
-        "control_type": pa.array([1 if c else -1 for _, _, c, _ in records], pa.int8()),
-        "delete_horizon_ms": pa.array([h for _, _, _, h in records], pa.int64()),
-    }, schema=SCHEMA)
-    task = CleanTask("t", 0, "/nonexistent", (), 0, n, now, DAY, 1 << 20, "snappy", 1 << 20, 1 << 20)
-    keep, _ = retain_mask(table, task, m, None)
-    for i, (key, tombstone, control, horizon) in enumerate(records):
-        found = int(m.lookup(pa.array([key], pa.binary()))[0]) if key is not None else -1
-        decision = should_retain_record(
-            offset=i, key=key, is_tombstone=tombstone and not control, is_control=control,
-            map_latest_offset_for_key=found, map_latest_offset=m.latest_offset, delete_horizon_ms=horizon,
-            now_ms=now, batch_aborted=False)
-        # A marker with no records of its transaction left (none here) goes once its horizon passed.
-        expected = (i > m.latest_offset or horizon == -1 or now < horizon) if control else decision.retained
-        assert bool(keep[i]) == expected, (i, records[i], decision)
 
 
 # -- rounds -------------------------------------------------------------------------------------------
