@@ -41,6 +41,7 @@ import pyarrow as pa
 from .cleaner.plan import SegmentStats, idle_roll_due
 from .columns import from_numpy, repeat, to_numpy
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
+from .faults import fault_point
 from .frame_plan import plan_frames, row_sizes
 from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
@@ -411,6 +412,7 @@ class Log:
                 if roll_first:
                     self._roll()
                 self.active.append_encoded(header, payload, batch)
+                fault_point("log.frame-appended")
                 rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
                 self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
             if flush:
@@ -510,6 +512,7 @@ class Log:
     def _roll(self) -> None:
         old = self.active
         sealed = self._seal(old, self._active_aborted)
+        fault_point("log.roll-sealed")
         self._active = ActiveSegment.create(
             os.path.join(self.directory, segment_name(old.next_offset, ACTIVE_SUFFIX)), old.next_offset)
         os.unlink(old.path)
