@@ -20,6 +20,7 @@ FAULT_POINT_ENV = "COMPACTLOG_FAULT_POINT"
 FAULT_POINTS = (
     "log.frame-appended",  # a frame is in the active segment, not yet flushed nor followed by the next
     "log.roll-sealed",  # <base>.parquet is in place, the next .log not yet created nor the old one removed
+    "log.snapshot-tmp-written",  # a roll's producer-state snapshot is in .snapshot.tmp, not yet renamed
     "cleaner.cleaned-written",  # every group's .cleaned file is written and checked, none renamed yet
     "cleaner.swap-renamed",  # one .cleaned file renamed .swap (highest base first)
     "cleaner.old-deleted",  # one old segment renamed .deleted (lowest first)

@@ -21,7 +21,9 @@ Crash points and their recovery (``_recover``, run when the log is opened):
   ``.swap`` files at or above the lowest ``.cleaned`` offset and every ``.cleaned`` file are deleted (the
   swap had not started), the remaining ``.swap`` files replace the segments in their offset range (the
   swap had started, so it is completed). Skipped while a live cleaner holds ``.cleaner.lock``;
-* ``.deleted`` files: removed.
+* ``.deleted`` files: removed;
+* producer-state snapshot: written to ``<offset>.snapshot.tmp``, fsynced, renamed ``<offset>.snapshot``; a
+  leftover ``.snapshot.tmp`` is deleted (the older snapshot and the log rebuild the state).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ READ_RETRIES = 5
 PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",
                     "control_type"]
 SNAPSHOT_SUFFIX = ".snapshot"
+_TMP_SUFFIX = ".tmp"
 # The columns offset_for_time reads.
 _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
@@ -196,7 +199,7 @@ class Log:
     def _recover(self) -> None:
         names = [n for n in os.listdir(self.directory) if is_segment_name(n)]
         for name in names:
-            if name.endswith(DELETED_SUFFIX) or name.endswith(SEALING_SUFFIX):
+            if name.endswith((DELETED_SUFFIX, SEALING_SUFFIX, SNAPSHOT_SUFFIX + _TMP_SUFFIX)):
                 os.unlink(os.path.join(self.directory, name))
         if self._cleaner_is_live():
             return
@@ -291,11 +294,12 @@ class Log:
         """Producer state as of the active segment's base, written at every roll; older snapshots but
         the previous one are removed."""
         path = os.path.join(self.directory, segment_name(self._producers.next_offset, SNAPSHOT_SUFFIX))
-        tmp = path + ".tmp"
+        tmp = path + _TMP_SUFFIX
         with open(tmp, "wb") as f:
             f.write(self._producers.to_snapshot())
             f.flush()
             os.fsync(f.fileno())
+        fault_point("log.snapshot-tmp-written")
         os.replace(tmp, path)
         for _, old in sorted(self._snapshots())[:-2]:
             with contextlib.suppress(FileNotFoundError):
