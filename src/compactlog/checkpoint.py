@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import SupportsIndex, TypeAlias
 
 from compactlog.errors import CheckpointError
+from compactlog.faults import fault_point
 
 __all__ = [
     "CHECKPOINT_FILE_NAME",
@@ -223,6 +224,7 @@ def write_checkpoint(path: str | os.PathLike[str], entries: Mapping[TopicPartiti
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        fault_point("checkpoint.tmp-written")
         os.replace(tmp, path)
     except BaseException:
         # Do not leave a half-written .tmp behind (the next write would overwrite it anyway).

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
+from compactlog.cleaner.plan import effective_roll_ms
 from compactlog.errors import ConfigError
 
 __all__ = [
@@ -350,7 +351,8 @@ class TopicConfig(_Config):
     @property
     def roll_ms(self) -> int:
         """The effective roll time: a compacted log also rolls by max.compaction.lag.ms (KIP-354)."""
-        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
+        return effective_roll_ms(self.segment_ms, compact=self.compact,
+                                 max_compaction_lag_ms=self.max_compaction_lag_ms)
 
     @property
     def parquet_compression(self) -> str:

@@ -21,7 +21,9 @@ Crash points and their recovery (``_recover``, run when the log is opened):
   ``.swap`` files at or above the lowest ``.cleaned`` offset and every ``.cleaned`` file are deleted (the
   swap had not started), the remaining ``.swap`` files replace the segments in their offset range (the
   swap had started, so it is completed). Skipped while a live cleaner holds ``.cleaner.lock``;
-* ``.deleted`` files: removed.
+* ``.deleted`` files: removed;
+* producer-state snapshot: written to ``<offset>.snapshot.tmp``, fsynced, renamed ``<offset>.snapshot``; a
+  leftover ``.snapshot.tmp`` is deleted (the older snapshot and the log rebuild the state).
 """
 
 from __future__ import annotations
@@ -37,18 +39,19 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from .cleaner.plan import SegmentStats, idle_roll_due
 from .columns import from_numpy, repeat, to_numpy
 from .data_dir import check_recovered, open_partition_lock
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
+from .faults import fault_point
+from .frame_plan import plan_frames, row_sizes
 from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
-from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA, header_bytes
+from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
 from .segment import (
     ACTIVE_SUFFIX,
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    FRAME_HEADER_SIZE,
     SEALED_SUFFIX,
     SEALING_SUFFIX,
     SWAP_SUFFIX,
@@ -56,7 +59,6 @@ from .segment import (
     SealedSegment,
     SegmentMeta,
     encode_stored,
-    frame_row_bytes,
     fsync_path,
     is_segment_name,
     offset_from_name,
@@ -66,17 +68,12 @@ from .segment import (
     write_sealed,
 )
 
-# Rows per active-segment frame: bounds the memory of one append and of one read step.
-MAX_FRAME_ROWS = 65536
-# Bytes a frame costs beyond its rows (frame header plus the Arrow IPC message header).
-FRAME_OVERHEAD_BYTES = FRAME_HEADER_SIZE + 1024
-# Bytes of one header beyond its name and value: two value offsets and validity bits.
-HEADER_FIXED_BYTES = 9
 READ_RETRIES = 5
 # The columns producer state is rebuilt from.
 PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",
                     "control_type"]
 SNAPSHOT_SUFFIX = ".snapshot"
+_TMP_SUFFIX = ".tmp"
 # The columns offset_for_time reads.
 _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
@@ -84,19 +81,6 @@ _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 def fsync_dir(path: str) -> None:
     """Make a directory's renames and creations durable (a directory fsyncs like a file)."""
     fsync_path(path)
-
-
-def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:
-    """Upper bounds of the bytes each row adds to a frame that leaves out the ``omitted`` columns, for
-    roll-by-size decisions: a segment that rolls by size stays within ``segment.bytes``."""
-    sizes = np.full(batch.num_rows, frame_row_bytes(omitted), dtype=np.int64)
-    for name in ("key", "value"):
-        lengths = pc.binary_length(batch.column(name))
-        sizes += _int64s(pc.fill_null(lengths, 0) if lengths.null_count else lengths)
-    headers = batch.column("headers")
-    if headers.null_count < len(headers):
-        sizes += _int64s(pc.fill_null(header_bytes(headers, HEADER_FIXED_BYTES), 0))
-    return sizes
 
 
 # A frame encoded by the helper thread (header, payload), or the error it raised instead.
@@ -215,7 +199,7 @@ class Log:
         if self.read_only:
             return check_recovered(self.directory, names)  # nothing may be written: refuse what needs it
         for name in names:
-            if name.endswith(DELETED_SUFFIX) or name.endswith(SEALING_SUFFIX):
+            if name.endswith((DELETED_SUFFIX, SEALING_SUFFIX, SNAPSHOT_SUFFIX + _TMP_SUFFIX)):
                 os.unlink(os.path.join(self.directory, name))
         if self._cleaner_is_live():
             return
@@ -310,11 +294,12 @@ class Log:
         """Producer state as of the active segment's base, written at every roll; older snapshots but
         the previous one are removed."""
         path = os.path.join(self.directory, segment_name(self._producers.next_offset, SNAPSHOT_SUFFIX))
-        tmp = path + ".tmp"
+        tmp = path + _TMP_SUFFIX
         with open(tmp, "wb") as f:
             f.write(self._producers.to_snapshot())
             f.flush()
             os.fsync(f.fileno())
+        fault_point("log.snapshot-tmp-written")
         os.replace(tmp, path)
         for _, old in sorted(self._snapshots())[:-2]:
             with contextlib.suppress(FileNotFoundError):
@@ -418,7 +403,8 @@ class Log:
                 table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
             first_offset = self.active.next_offset
             omitted = omitted_columns(table)
-            frames = self._plan_frames(table, omitted, config.segment_bytes, config.roll_ms)
+            frames = plan_frames(SegmentStats.from_meta(self.active.meta()), row_sizes(table, omitted),
+                                 _int64s(table.column(1)), config.segment_bytes, config.roll_ms)
             stored = table.select(stored_columns(omitted)[1])
             batches = []
             for start, end, _ in frames:
@@ -430,6 +416,7 @@ class Log:
                 if roll_first:
                     self._roll()
                 self.active.append_encoded(header, payload, batch)
+                fault_point("log.frame-appended")
                 rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
                 self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
             if flush:
@@ -491,36 +478,6 @@ class Log:
             self._producers.expire(now_ms, expiration_ms)
             return set(self._producers.last_offsets_of_active_producers(now_ms, expiration_ms).values())
 
-    def _plan_frames(self, table: pa.Table, omitted: int, segment_bytes: int,
-                     roll_ms: int) -> list[tuple[int, int, bool]]:
-        """Cut ``table`` into frames ``(start, end, roll_first)``: the active segment is rolled before a
-        frame that would take it past ``segment_bytes`` (by an upper bound of the frame's size), or whose
-        newest timestamp is more than ``roll_ms`` after the segment's first one."""
-        n = table.num_rows
-        sizes = np.cumsum(row_sizes(table, omitted))
-        timestamps = _int64s(table.column(1))
-        active_bytes = self.active.size
-        first_timestamp = self.active.first_timestamp
-        frames: list[tuple[int, int, bool]] = []
-        roll_first = False
-        start = 0
-        while start < n:
-            base_bytes = sizes[start - 1] if start else 0
-            room = segment_bytes - active_bytes - FRAME_OVERHEAD_BYTES
-            end = min(int(np.searchsorted(sizes, base_bytes + room, side="right")), start + MAX_FRAME_ROWS, n)
-            too_old = end > start and int(timestamps[start:end].max()) - first_timestamp > roll_ms
-            if active_bytes and (end <= start or too_old):
-                roll_first, active_bytes = True, 0
-                continue
-            end = max(end, start + 1)  # an empty segment takes at least one record, however large
-            if not active_bytes:
-                first_timestamp = int(timestamps[start])
-            frames.append((start, end, roll_first))
-            active_bytes += int(sizes[end - 1] - base_bytes) + FRAME_OVERHEAD_BYTES
-            roll_first = False
-            start = end
-        return frames
-
     def flush(self) -> None:
         with self.locked():
             self.active.flush()
@@ -536,8 +493,7 @@ class Log:
     def maybe_roll_idle(self, now: int, max_age_ms: int) -> bool:
         """Roll a non-empty active segment whose first record is older than ``max_age_ms``."""
         with self.locked():
-            first = self.active.first_timestamp
-            if self.active.record_count and first >= 0 and now - first > max_age_ms:
+            if idle_roll_due(SegmentStats.from_meta(self.active.meta()), now, max_age_ms):
                 self._roll()
                 return True
             return False
@@ -560,6 +516,7 @@ class Log:
     def _roll(self) -> None:
         old = self.active
         sealed = self._seal(old, self._active_aborted)
+        fault_point("log.roll-sealed")
         self._active = ActiveSegment.create(
             os.path.join(self.directory, segment_name(old.next_offset, ACTIVE_SUFFIX)), old.next_offset)
         os.unlink(old.path)

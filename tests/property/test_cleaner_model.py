@@ -9,6 +9,11 @@ every step:
   clean at least ``delete.retention.ms`` ago could have stamped it;
 * no record younger than ``min.compaction.lag.ms`` at the last clean was removed;
 * reading from the log start rebuilds the model's state (latest value per live key).
+
+And after every clean that reports the partition cleaned up to ``end_offset`` (liveness: the cleaner does
+its work, not only no harm): below ``end_offset`` only the newest record of each key is left, and a
+tombstone among them is gone iff a clean at least ``delete.retention.ms`` earlier already covered it
+(that clean stamped its horizon).
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ class CleanerModel(RuleBasedStateMachine):
         self.store.create_topic("t", 1, {
             "cleanup.policy": "compact", "segment.bytes": 3000, "min.cleanable.dirty.ratio": 0.2,
             "min.compaction.lag.ms": MIN_LAG, "delete.retention.ms": RETENTION})
-        # offset -> (key, value, timestamp, time of the first clean after it was written or None)
+        # offset -> (key, value, timestamp, time of the first clean whose end offset passed it, which stamps
+        #            its horizon if it is a tombstone, or None)
         self.records: dict[int, list] = {}
         self.last_clean: int | None = None
 
@@ -59,7 +65,8 @@ class CleanerModel(RuleBasedStateMachine):
     def roll(self) -> None:
         self.store.roll("t", 0)
 
-    @rule(ms=st.integers(0, 6_000))
+    # Steps below and beyond min.compaction.lag.ms and delete.retention.ms, so tombstones do expire.
+    @rule(ms=st.sampled_from([0, 1, 1_000, 2_999, 3_000, 6_000, 9_999, 10_000, 12_000]))
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)
 
@@ -69,9 +76,35 @@ class CleanerModel(RuleBasedStateMachine):
         report = self.store.clean(force=force)
         assert not any(reason.startswith("uncleanable") for reason in report.skipped.values()), report.skipped
         self.last_clean = now
-        for record in self.records.values():
-            if record[3] is None:
-                record[3] = now
+        cleaned = report.partition("t", 0)
+        if cleaned is not None:
+            self.check_cleaned_below(cleaned.end_offset, now)
+
+    def check_cleaned_below(self, end_offset: int, now: int) -> None:
+        present = {r.offset for r in self.store.read("t", 0)}
+        newest: dict[bytes, int] = {}
+        for offset in sorted(o for o in self.records if o < end_offset):
+            key = self.records[offset][0]
+            if key in newest:
+                assert newest[key] not in present, f"superseded record {newest[key]} survived a clean to {end_offset}"
+            newest[key] = offset
+        for offset in newest.values():
+            _, value, _, stamped = self.records[offset]
+            expired = value is None and stamped is not None and now >= stamped + RETENTION
+            assert (offset in present) == (not expired), (
+                f"{'expired tombstone' if expired else 'newest record'} {offset}: present={offset in present} "
+                f"after a clean to {end_offset}")
+            if stamped is None:
+                self.records[offset][3] = now  # this clean kept it and stamped it if it is a tombstone
+
+    @rule(key=KEYS)
+    def later_round(self, key: bytes) -> None:
+        """A round after delete.retention.ms with new dirty data: where stamped tombstones must go."""
+        self.clock.advance(RETENTION)
+        self.send(key, b"later", 1)
+        self.roll()
+        self.clock.advance(MIN_LAG)
+        self.clean(force=True)
 
     @rule()
     def reopen(self) -> None:
@@ -86,21 +119,21 @@ class CleanerModel(RuleBasedStateMachine):
         offsets = [r.offset for r in read]
         assert offsets == sorted(set(offsets))
         for r in read:
-            key, value, timestamp, _ = self.records[r.offset]
+            key, value, timestamp, *_ = self.records[r.offset]
             assert (r.key, r.value, r.timestamp) == (key, value, timestamp)
         present = set(offsets)
         newest: dict[bytes, int] = {}
-        for offset, (key, _, _, _) in sorted(self.records.items()):
+        for offset, (key, *_) in sorted(self.records.items()):
             newest[key] = offset
         now = self.clock()
         for key, offset in newest.items():
-            value, _, first_clean = self.records[offset][1:]
+            value, _, stamped = self.records[offset][1:]
             if offset not in present:
                 assert value is None, f"newest value of {key!r} at {offset} is gone"
-                assert first_clean is not None and now >= first_clean + RETENTION, (
+                assert stamped is not None and now >= stamped + RETENTION, (
                     f"tombstone of {key!r} at {offset} removed before delete.retention.ms")
         if self.last_clean is not None:
-            for offset, (_, _, timestamp, _) in self.records.items():
+            for offset, (_, _, timestamp, *_) in self.records.items():
                 if timestamp > self.last_clean - MIN_LAG:
                     assert offset in present, f"record {offset} younger than min.compaction.lag.ms was removed"
         state: dict[bytes, bytes] = {}

@@ -4,6 +4,10 @@ Two transactional producers and one plain producer write to one compacted partit
 commit or abort at random, interleaved with rolls, clock advances and cleans. After every step a
 read_committed consumer never sees aborted or open-transaction data, stops at the last stable offset,
 and rebuilds exactly the model's committed state.
+
+After every clean that reports the partition cleaned up to ``end_offset`` (liveness): below it no open
+transaction's data exists, no aborted data is left, only the newest committed record of each key is, and a
+committed tombstone among them is gone iff a clean at least ``delete.retention.ms`` earlier covered it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import compactlog
 from support import FakeClock
 
 KEYS = st.sampled_from([b"a", b"b", b"c"])
+RETENTION = 5_000
 WRITERS = st.sampled_from([0, 1])
 
 
@@ -29,12 +34,16 @@ class TransactionsModel(RuleBasedStateMachine):
         self.clock = FakeClock(1_000_000)
         self.store = compactlog.open(self.dir, clock=self.clock)
         self.store.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": 2000,
-                                         "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 5_000})
-        self.writers = [self.store.producer(transactional_id=f"w{i}", linger_ms=0) for i in range(2)]
+                                         "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": RETENTION})
+        # The clock runs for minutes: a timeout beyond them keeps the coordinator from aborting open
+        # transactions behind the model's back (timeouts are tested in tests/unit/test_transactions.py).
+        self.writers = [self.store.producer(transactional_id=f"w{i}", linger_ms=0, transaction_timeout_ms=10**9)
+                        for i in range(2)]
         self.plain = self.store.producer(linger_ms=0)
         self.open = [False, False]
         self.pending: list[list[int]] = [[], []]
-        # offset -> [key, value, status] with status "committed" | "aborted" | "open"
+        # offset -> [key, value, status, stamped] with status "committed" | "aborted" | "open", and stamped the
+        # time of the first clean whose end offset passed it (which stamps a tombstone's horizon) or None
         self.records: dict[int, list] = {}
 
     def teardown(self) -> None:
@@ -50,7 +59,7 @@ class TransactionsModel(RuleBasedStateMachine):
             producer.begin_transaction()
             self.open[writer] = True
         meta = producer.send("t", key=key, value=value).result()
-        self.records[meta.offset] = [key, value, "open"]
+        self.records[meta.offset] = [key, value, "open", None]
         self.pending[writer].append(meta.offset)
 
     @precondition(lambda self: any(self.open))
@@ -69,7 +78,7 @@ class TransactionsModel(RuleBasedStateMachine):
     def send_plain(self, key: bytes, value: bytes | None) -> None:
         meta = self.plain.send("t", key=key, value=value).result()
         self.plain.flush()
-        self.records[meta.offset] = [key, value, "committed"]
+        self.records[meta.offset] = [key, value, "committed", None]
 
     @rule()
     def roll(self) -> None:
@@ -83,6 +92,38 @@ class TransactionsModel(RuleBasedStateMachine):
     def clean(self) -> None:
         report = self.store.clean(force=True)
         assert not any(r.startswith("uncleanable") for r in report.skipped.values()), report.skipped
+        cleaned = report.partition("t", 0)
+        if cleaned is not None:
+            self.check_cleaned_below(cleaned.end_offset, self.clock())
+
+    @rule(key=KEYS)
+    def later_round(self, key: bytes) -> None:
+        """A round after delete.retention.ms with new dirty data: where stamped tombstones must go."""
+        self.advance(RETENTION)
+        self.send_plain(key, b"later")
+        self.roll()
+        self.clean()
+
+    def check_cleaned_below(self, end_offset: int, now: int) -> None:
+        present = {r.offset for r in self.store.read("t", 0, self.store.log_start_offset("t", 0))}
+        newest: dict[bytes, int] = {}
+        for offset in sorted(o for o in self.records if o < end_offset):
+            key, _, status, _ = self.records[offset]
+            assert status != "open", f"a clean to {end_offset} passed open transaction data at {offset}"
+            if status == "aborted":
+                assert offset not in present, f"aborted record {offset} survived a clean to {end_offset}"
+                continue
+            if key in newest:
+                assert newest[key] not in present, f"superseded record {newest[key]} survived a clean to {end_offset}"
+            newest[key] = offset
+        for offset in newest.values():
+            _, value, _, stamped = self.records[offset]
+            expired = value is None and stamped is not None and now >= stamped + RETENTION
+            assert (offset in present) == (not expired), (
+                f"{'expired tombstone' if expired else 'newest record'} {offset}: present={offset in present} "
+                f"after a clean to {end_offset}")
+            if stamped is None:
+                self.records[offset][3] = now  # this clean kept it and stamped it if it is a tombstone
 
     @invariant()
     def read_committed_matches_model(self) -> None:
@@ -95,7 +136,7 @@ class TransactionsModel(RuleBasedStateMachine):
         state: dict[bytes, bytes] = {}
         for record in read:
             assert record.offset < lso
-            key, value, status = self.records[record.offset]
+            key, value, status, _ = self.records[record.offset]
             assert status == "committed", f"read_committed returned {status} data at {record.offset}"
             assert (record.key, record.value) == (key, value)
             if value is None:
@@ -104,7 +145,7 @@ class TransactionsModel(RuleBasedStateMachine):
                 state[key] = value
         expected: dict[bytes, bytes] = {}
         for offset in sorted(self.records):
-            key, value, status = self.records[offset]
+            key, value, status, _ = self.records[offset]
             if offset >= lso or status != "committed":
                 continue
             if value is None:

@@ -8,15 +8,10 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import compactlog
 from compactlog.checkpoint import read_checkpoint
-from compactlog.cleaner.kernel import CleanTask, retain_mask
 from compactlog.cleaner.offset_map import ENTRY_OVERHEAD_BYTES, OffsetMap
-from compactlog.cleaner.retain import should_retain_record
-from compactlog.record import SCHEMA
 from support import FakeClock
 
 DAY = 86_400_000
@@ -66,49 +61,6 @@ def test_offset_map_distinguishes_keys_a_digest_map_could_confuse() -> None:
     m = OffsetMap(1 << 20)
     m.put_records(pa.array(keys), np.arange(256))
     assert len(m) == 256 and list(m.lookup(pa.array(keys))) == list(range(256))
-
-
-# -- the vectorised rule agrees with the scalar reference ------------------------------------------------
-
-record_strategy = st.tuples(
-    st.sampled_from([None, b"a", b"b", b"c"]),  # key
-    st.booleans(),  # tombstone
-    st.booleans(),  # control
-    st.sampled_from([-1, 50, 150]),  # delete horizon
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(record_strategy, min_size=1, max_size=30), st.integers(0, 30), st.integers(0, 300))
-def test_retain_mask_matches_should_retain_record(records, map_upto, now) -> None:  # type: ignore[no-untyped-def]
-    n = len(records)
-    keys = [k for k, _, _, _ in records]
-    m = OffsetMap(1 << 20)
-    mapped = [(i, k) for i, (k, _, control, _) in enumerate(records) if i < map_upto and k is not None and not control]
-    if mapped:
-        m.put_records(pa.array([k for _, k in mapped], pa.binary()), np.array([i for i, _ in mapped]))
-    m.update_latest_offset(min(map_upto, n) - 1)
-    table = pa.table({
-        "offset": pa.array(range(n), pa.int64()), "timestamp": pa.array([0] * n, pa.int64()),
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array([None if t else b"v" for _, t, _, _ in records], pa.binary()),
-        "headers": pa.nulls(n, SCHEMA.field("headers").type),
-        "producer_id": pa.array([-1] * n, pa.int64()), "producer_epoch": pa.array([-1] * n, pa.int16()),
-        "sequence": pa.array([-1] * n, pa.int32()), "is_transactional": pa.array([False] * n),
-        "control_type": pa.array([1 if c else -1 for _, _, c, _ in records], pa.int8()),
-        "delete_horizon_ms": pa.array([h for _, _, _, h in records], pa.int64()),
-    }, schema=SCHEMA)
-    task = CleanTask("t", 0, "/nonexistent", (), 0, n, now, DAY, 1 << 20, "snappy", 1 << 20, 1 << 20)
-    keep, _ = retain_mask(table, task, m, None)
-    for i, (key, tombstone, control, horizon) in enumerate(records):
-        found = int(m.lookup(pa.array([key], pa.binary()))[0]) if key is not None else -1
-        decision = should_retain_record(
-            offset=i, key=key, is_tombstone=tombstone and not control, is_control=control,
-            map_latest_offset_for_key=found, map_latest_offset=m.latest_offset, delete_horizon_ms=horizon,
-            now_ms=now, batch_aborted=False)
-        # A marker with no records of its transaction left (none here) goes once its horizon passed.
-        expected = (i > m.latest_offset or horizon == -1 or now < horizon) if control else decision.retained
-        assert bool(keep[i]) == expected, (i, records[i], decision)
 
 
 # -- rounds -------------------------------------------------------------------------------------------
@@ -260,16 +212,27 @@ def test_failed_partition_is_marked_uncleanable_and_retried(tmp_path: object) ->
 
 
 def test_metrics_report_real_buffer_utilization_and_recopy(tmp_path: object) -> None:
-    store = compactlog.open(str(tmp_path))
+    (tmp_path / "server.properties").write_text("log.cleaner.dedupe.buffer.size=1024\n")  # type: ignore[operator]
+    clock = FakeClock()
+    store = compactlog.open(str(tmp_path), clock=clock)
     compacted(store)
-    send_all(store, "t", [(b"a", b"1"), (b"a", b"2"), (b"b", b"3"), (b"c", b"4")])
-    store.clean()
+    send_all(store, "t", [(b"a" * 10, b"1"), (b"a" * 10, b"2"), (b"b" * 10, b"3"), (b"c" * 10, b"4"), (b"t", b"5")])
+    sealed_before = [s.size_bytes for s in store.describe("t")[0].segments if not s.active]
+    assert len(sealed_before) == 4  # one record a segment; the fifth is in the active segment
+    report = store.clean().partitions[0]
+    sealed_after = [s.size_bytes for s in store.describe("t")[0].segments if not s.active]
+    # The map holds the three 10-byte keys of the dirty range [0, 4), each costing its bytes plus the
+    # entry overhead, out of a 1024-byte dedupe buffer: 12%, where Kafka before KAFKA-18597 read 0.
+    assert report.map_utilization == 3 * (10 + ENTRY_OVERHEAD_BYTES) / 1024
+    assert (report.bytes_read, report.bytes_written) == (sum(sealed_before), sum(sealed_after))
+    clock.advance(5000)
     metrics = store.cleaner_metrics()
-    assert set(metrics) == {"max-dirty-percent", "max-compaction-delay-secs", "cleaner-recopy-percent",
-                            "max-buffer-utilization-percent", "max-clean-time-secs", "time-since-last-run-ms",
-                            "uncleanable-partitions-count", "uncleanable-bytes"}
+    assert metrics == {
+        "max-dirty-percent": 100, "max-compaction-delay-secs": 0,
+        "cleaner-recopy-percent": 100 * sum(sealed_after) // sum(sealed_before),
+        "max-buffer-utilization-percent": 12, "max-clean-time-secs": report.duration_ms // 1000,
+        "time-since-last-run-ms": 5000, "uncleanable-partitions-count": 0, "uncleanable-bytes": 0}
     assert 0 < metrics["cleaner-recopy-percent"] < 100
-    assert metrics["max-dirty-percent"] == 100
 
 
 def test_idle_active_segment_rolls_after_max_compaction_lag(tmp_path: object) -> None:
@@ -303,15 +266,32 @@ def test_compact_delete_applies_retention_after_cleaning(tmp_path: object) -> No
 
 def test_cleaned_segments_are_regrouped_within_segment_bytes(tmp_path: object) -> None:
     store = compactlog.open(str(tmp_path))
-    compacted(store, segment_bytes=30_000)
+    segment_bytes = 30_000
+    compacted(store, segment_bytes=segment_bytes)
     for _ in range(12):
         store.append("t", 0, pa.table({"key": [b"k%d" % (j % 50) for j in range(200)], "value": [b"x" * 20] * 200}))
         store.roll("t", 0)
-    before = len(store.describe("t")[0].segments)
-    store.clean(force=True)
-    segments = store.describe("t")[0].segments
-    assert len(segments) < before
-    assert [s.record_count for s in segments if not s.active] != []
+    before = [(s.base_offset, s.size_bytes) for s in store.describe("t")[0].segments if not s.active]
+    assert [base for base, _ in before] == list(range(0, 2400, 200))
+    # Kafka's grouping: consecutive segments while their summed size stays within segment.bytes.
+    groups: list[list[tuple[int, int]]] = []
+    for segment in before:
+        if groups and sum(size for _, size in groups[-1]) + segment[1] <= segment_bytes:
+            groups[-1].append(segment)
+        else:
+            groups.append([segment])
+    assert len(groups) > 1 and all(len(g) > 1 for g in groups)  # the sizes make real groups
+    report = store.clean(force=True).partitions[0]
+    assert report.groups == len(groups)
+    after = [s for s in store.describe("t")[0].segments if not s.active]
+    assert [s.base_offset for s in after] == [g[0][0] for g in groups]
+    # Only the last segment holds the newest record of each of the 50 keys.
+    assert [s.record_count for s in after] == [0] * (len(groups) - 1) + [50]
+    assert (report.records_read, report.records_written) == (2400, 50)
+    assert (report.bytes_read, report.bytes_written) == (sum(size for _, size in before),
+                                                         sum(s.size_bytes for s in after))
+    live = sorted(n for n in os.listdir(os.path.join(str(tmp_path), "t-0")) if n.endswith((".parquet", ".log")))
+    assert live == [f"{g[0][0]:020d}.parquet" for g in groups] + [f"{2400:020d}.log"]
     assert {r.key for r in store.read("t", 0)} == {b"k%d" % j for j in range(50)}
 
 

@@ -371,8 +371,10 @@ def test_should_roll_by_size_and_time() -> None:
     )
     empty = SegmentStats(30, 30, 0, 0, -1, -1, True)
     assert should_roll(empty, 5000, 10**9, segment_bytes=1000, roll_ms=1) is None
-    no_ts = dataclasses.replace(active, first_timestamp=-1)
-    assert should_roll(no_ts, 1, 10**9, segment_bytes=1000, roll_ms=1) is None
+    # A non-empty segment's first timestamp is its first record's, whatever it is (the log's rule).
+    negative = dataclasses.replace(active, first_timestamp=-1)
+    assert should_roll(negative, 1, 0, segment_bytes=1000, roll_ms=1) is None
+    assert should_roll(negative, 1, 1, segment_bytes=1000, roll_ms=1) == "segment.ms: first record is 2 ms old > 1 ms"
 
 
 def test_effective_roll_ms_and_idle_roll() -> None:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ..errors import CleanerError, CompactLogError
+from ..faults import fault_point
 from .kernel import (
     CleanTask,
     GroupResult,
@@ -377,7 +378,9 @@ def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, res
     replace_segments(log, results, inodes, config.file_delete_delay_ms, hook)
     if hook is not None:
         hook("before-checkpoint")
+    fault_point("cleaner.before-checkpoint")
     store.checkpoint.update(add={(log.topic, log.partition): mapped.end_offset})
+    fault_point("cleaner.after-checkpoint")
     return PartitionCleanReport(
         topic=log.topic, partition=log.partition, first_dirty_offset=ltc.first_dirty_offset,
         end_offset=mapped.end_offset,

@@ -7,8 +7,9 @@ round's clock reading), the kernel
    keyed data records; records of aborted transactions never enter it), stopping where the map fills;
    the round's end offset (the next checkpoint) is ``map.latest_offset + 1``;
 2. rewrites every segment whose base offset is below the end offset (the clean section too, since new
-   keys may supersede old ones), keeping a record iff Kafka's rule keeps it (:mod:`.retain`, vectorised
-   here), stamping a delete horizon on tombstones it keeps for the first time, and writing each group of
+   keys may supersede old ones), keeping a record iff Kafka's rule keeps it (vectorised here; the per-record
+   :func:`.retain.clean_record` is the specification, and a property test checks every column agrees),
+   stamping a delete horizon on tombstones it keeps for the first time, and writing each group of
    segments (:func:`.plan.group_segments_by_size`) to one ``<first base>.parquet.cleaned`` file.
 
 It never touches the live segment set: :mod:`.swap` installs its output under the partition lock. Every

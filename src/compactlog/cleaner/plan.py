@@ -72,6 +72,12 @@ class SegmentStats:
     first_timestamp: int
     active: bool
 
+    @classmethod
+    def from_meta(cls, meta: Any) -> SegmentStats:
+        """The stats of any segment-metadata object with the same attribute names (duck typed)."""
+        return cls(meta.base_offset, meta.next_offset, meta.size_bytes, meta.record_count, meta.max_timestamp,
+                   meta.first_timestamp, meta.active)
+
     @property
     def is_empty(self) -> bool:
         return self.size_bytes == 0 and self.record_count == 0
@@ -373,13 +379,14 @@ def should_roll(
     size and time rules; an empty segment never rolls). Returns the reason, or None.
 
     Kafka measures the age from the segment's first-batch timestamp to the incoming batch's max timestamp;
-    pass that as ``now_ms`` to match exactly. A segment without a first timestamp (-1) never rolls by time.
+    pass that as ``now_ms`` to match exactly. A non-empty segment's first timestamp is that of its first
+    record, whatever its value (records appended as tables may carry any timestamp).
     """
     if active.is_empty:
         return None
     if active.size_bytes + incoming_bytes > segment_bytes:
         return f"segment.bytes: {active.size_bytes} + {incoming_bytes} bytes > {segment_bytes}"
-    if active.first_timestamp >= 0 and now_ms - active.first_timestamp > roll_ms:
+    if now_ms - active.first_timestamp > roll_ms:
         return f"segment.ms: first record is {now_ms - active.first_timestamp} ms old > {roll_ms} ms"
     return None
 

@@ -14,7 +14,8 @@ and the old segments stay; with only ``.swap`` files left, the old segments in t
 the swaps completed. Either all of a round's groups in one call are installed or none.
 
 ``hook`` (tests only) is called with the name of each step just after it happens, so a test can stop
-the protocol there as a crash would.
+the protocol there as a crash would; each step is also a named :mod:`compactlog.faults` point, where a
+crash test kills the process for real.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import CleanerError
+from ..faults import fault_point
 from ..log import Log, fsync_dir
 from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX, SealedSegment
 from .kernel import GroupResult
@@ -56,20 +58,24 @@ def replace_segments(log: Log, results: Sequence[GroupResult], source_inodes: Ma
                     raise CleanerError(
                         f"{log.directory}: segment {base} changed while it was being cleaned; round abandoned")
         hook("cleaned-written")
+        fault_point("cleaner.cleaned-written")
         ordered = sorted(results, key=lambda r: r.base_offset)
         for result in reversed(ordered):
             os.replace(result.cleaned_path, result.cleaned_path[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
             hook(f"swap-renamed:{result.base_offset}")
+            fault_point("cleaner.swap-renamed")
         fsync_dir(log.directory)
         replaced = {base for result in ordered for base in result.source_bases}
         for base in sorted(replaced):
             log.schedule_delete(live[base].path, delay_ms)
             hook(f"old-deleted:{base}")
+            fault_point("cleaner.old-deleted")
         installed = []
         for result in ordered:
             final = result.cleaned_path[: -len(CLEANED_SUFFIX)]
             os.replace(final + SWAP_SUFFIX, final)
             hook(f"swap-installed:{result.base_offset}")
+            fault_point("cleaner.swap-installed")
             installed.append(SealedSegment.open(final, result.base_offset))
         fsync_dir(log.directory)
         keep = [s for base, s in live.items() if base not in replaced]
