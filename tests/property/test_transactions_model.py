@@ -12,6 +12,7 @@ committed tombstone among them is gone iff a clean at least ``delete.retention.m
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -25,6 +26,7 @@ from support import FakeClock
 KEYS = st.sampled_from([b"a", b"b", b"c"])
 RETENTION = 5_000
 WRITERS = st.sampled_from([0, 1])
+TRANSACTION_TIMEOUT_MS = 10**9
 
 
 class TransactionsModel(RuleBasedStateMachine):
@@ -32,12 +34,16 @@ class TransactionsModel(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="txn-model-")
         self.clock = FakeClock(1_000_000)
+        # The clock runs for minutes: the broker allows a transaction timeout beyond them, so the
+        # coordinator never aborts open transactions behind the model's back (timeouts are tested in
+        # tests/unit/test_transactions.py).
+        with open(os.path.join(self.dir, "server.properties"), "w", encoding="utf-8") as f:
+            f.write(f"transaction.max.timeout.ms={TRANSACTION_TIMEOUT_MS}\n")
         self.store = compactlog.open(self.dir, clock=self.clock)
         self.store.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": 2000,
                                          "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": RETENTION})
-        # The clock runs for minutes: a timeout beyond them keeps the coordinator from aborting open
-        # transactions behind the model's back (timeouts are tested in tests/unit/test_transactions.py).
-        self.writers = [self.store.producer(transactional_id=f"w{i}", linger_ms=0, transaction_timeout_ms=10**9)
+        self.writers = [self.store.producer(transactional_id=f"w{i}", linger_ms=0,
+                                            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS)
                         for i in range(2)]
         self.plain = self.store.producer(linger_ms=0)
         self.open = [False, False]
