@@ -49,14 +49,7 @@ from typing import Literal
 
 from .config import parse_properties
 from .errors import DataDirectoryError, ReadOnlyStoreError
-from .segment import (
-    ACTIVE_SUFFIX,
-    CLEANED_SUFFIX,
-    SEALED_SUFFIX,
-    SWAP_SUFFIX,
-    fsync_path,
-    offset_from_name,
-)
+from .segment import fsync_path
 
 META_PROPERTIES = "meta.properties"
 TOPICS_DIR = ".topics"
@@ -243,18 +236,3 @@ def open_partition_lock(directory: str, read_only: bool) -> tuple[int, int]:
     except FileNotFoundError:
         return os.open(directory, os.O_RDONLY), fcntl.LOCK_SH
 
-
-def check_recovered(directory: str, names: list[str]) -> None:
-    """Refuse to open a read-only partition whose files need the crash recovery of :mod:`compactlog.log`,
-    which writes: ``.swap`` files a cleaner swap left to install (with no ``.cleaned`` file at or below
-    them), or an older ``.log`` whose roll never sealed it. Leftovers that recovery only deletes
-    (``.deleted``, ``.sealing``, ``.cleaned``, a ``.log`` beside its ``.parquet``) are ignored by reads."""
-    cleaned = [offset_from_name(n) for n in names if n.endswith(CLEANED_SUFFIX)]
-    pending = [n for n in names if n.endswith(SWAP_SUFFIX) and (not cleaned or offset_from_name(n) < min(cleaned))]
-    sealed = {offset_from_name(n) for n in names if n.endswith(SEALED_SUFFIX) and n.count(".") == 1}
-    active = [offset_from_name(n) for n in names if n.endswith(ACTIVE_SUFFIX) and n.count(".") == 1]
-    unsealed = [b for b in active if b not in sealed and b != max(active)]
-    if pending or unsealed:
-        what = f"an interrupted cleaner swap ({pending[0]})" if pending else f"an unsealed segment ({unsealed[0]})"
-        raise ReadOnlyStoreError(f"{directory}: needs crash recovery of {what}, which writes, but the data "
-                                 "directory is read-only; open it once from a process that can write it")

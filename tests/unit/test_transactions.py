@@ -180,6 +180,35 @@ def test_producer_last_batch_is_kept_empty_until_the_producer_expires(tmp_path: 
     assert CONTROL_EMPTY_BATCH not in rows.column("control_type").to_pylist()  # expired: gone
 
 
+def test_asking_for_producers_last_offsets_forgets_nobody_only_expiry_does(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = open_store(tmp_path, clock, partitions=1)
+    batch = pa.table({"key": [b"a"], "value": [b"1"]})
+    store.append("orders", 0, batch, producer_id=7, producer_epoch=0, base_sequence=0)
+    log = store.log("orders", 0)
+    later = clock.advance(DAY + 1)
+    assert log.producer_last_offsets(later, DAY) == set()  # expired: its last record need not be kept
+    retry = store.append("orders", 0, batch, producer_id=7, producer_epoch=0, base_sequence=0)
+    assert retry.base_offset == 0  # the query forgot nothing: the retry is still known as a duplicate
+    log.expire_producers(later, DAY)
+    retry = store.append("orders", 0, batch, producer_id=7, producer_epoch=0, base_sequence=0)
+    assert retry.base_offset == 1  # forgotten by the expiry: appended anew
+
+
+def test_cleaning_a_partition_forgets_its_expired_producers(tmp_path: Path) -> None:
+    clock = FakeClock()
+    (tmp_path / "server.properties").write_text(f"producer.id.expiration.ms={DAY}\n")
+    store = open_store(tmp_path, clock, partitions=1)
+    batch = pa.table({"key": [b"a"], "value": [b"1"]})
+    store.append("orders", 0, batch, producer_id=7, producer_epoch=0, base_sequence=0)
+    store.append("orders", 0, pa.table({"key": [b"a"], "value": [b"2"]}))
+    clock.advance(DAY + 1)
+    assert store.append("orders", 0, batch, producer_id=7, producer_epoch=0, base_sequence=0).base_offset == 0
+    assert store.clean(force=True).partition("orders", 0) is not None
+    retry = store.append("orders", 0, batch, producer_id=7, producer_epoch=0, base_sequence=0)
+    assert retry.base_offset == 2  # producer 7 expired with the pass: its retry is a new batch
+
+
 def test_a_new_instance_fences_the_zombie(tmp_path: Path) -> None:
     clock = FakeClock()
     store = open_store(tmp_path, clock, partitions=1)

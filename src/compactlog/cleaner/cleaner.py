@@ -66,7 +66,7 @@ from .plan import (
 )
 from .plan import cleaner_metrics as metrics_from_stats
 from .single_pass import clean_newest_first
-from .swap import SwapHook, discard, replace_segments
+from .swap import SwapHook, discard
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -241,6 +241,7 @@ def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanT
     aborted = tuple(log.aborted_transactions(0, ltc.first_uncleanable_offset))
     # Markers and emptied batches are control rows: without any, there is no transaction state to keep.
     markers = transaction_facts(files) if any(s.meta.control_count for s in sealed) else frozenset()
+    log.expire_producers(now, broker.producer_id_expiration_ms)
     last_offsets = frozenset(log.producer_last_offsets(now, broker.producer_id_expiration_ms))
     task = CleanTask(
         topic=log.topic, partition=log.partition, directory=log.directory, segments=files,
@@ -375,7 +376,7 @@ def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, res
     if mapped.end_offset <= ltc.first_dirty_offset and not results:
         raise CleanerError(f"{log.topic}-{log.partition}: offset map made no progress")
     config = store.topic_config(log.topic)
-    replace_segments(log, results, inodes, config.file_delete_delay_ms, hook)
+    log.swap_cleaned(results, inodes, config.file_delete_delay_ms, hook)
     if hook is not None:
         hook("before-checkpoint")
     fault_point("cleaner.before-checkpoint")

@@ -1,0 +1,434 @@
+"""One partition's log (Kafka's ``UnifiedLog``): the segment list, append and roll, locking and the
+cross-process refresh, and the entry points through which retention and the cleaner change the segments.
+
+The partition directory ``<data-dir>/<topic>-<partition>/`` holds the sealed Parquet segments and exactly
+one active segment (see :mod:`compactlog.segment` for the file formats). The log end offset is the active
+segment's next offset; the log start offset is the first segment's base offset.
+
+Concurrency: every change to the directory (append, roll, retention, the cleaner's swap) happens under the
+partition lock: a thread lock plus an exclusive ``flock`` on ``<partition-dir>/.lock`` (shared by a read-only
+log, which writes nothing, not even recovery: :mod:`compactlog.data_dir`), so several processes can produce to
+one partition; each re-reads the directory when it takes the lock. Every public method takes the lock
+itself; :meth:`Log.locked` holds it across several calls. Readers lock only to snapshot the segment list,
+then read files without it (:mod:`.reads`).
+
+Opening recovers the directory from a crash at any point (:mod:`.loader`); the cleaner installs its output
+only through :meth:`Log.swap_cleaned` (:mod:`.swap`), retention removes segments through
+:meth:`Log.delete_segments`, and the producer state follows every appended row (:mod:`.producers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..cleaner.plan import SegmentStats, idle_roll_due
+from ..columns import from_numpy, repeat, to_numpy
+from ..data_dir import open_partition_lock
+from ..faults import fault_point
+from ..frame_plan import plan_frames, row_sizes
+from ..producer_state import INT32_MAX, AbortedTxn
+from ..record import NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
+from ..segment import (
+    ACTIVE_SUFFIX,
+    DELETED_SUFFIX,
+    ActiveSegment,
+    SealedSegment,
+    SegmentMeta,
+    encode_stored,
+    omitted_columns,
+    segment_name,
+    stored_columns,
+)
+from . import loader, reads, swap
+from .directory import fsync_dir, live_segments
+from .producers import PRODUCER_COLUMNS, LogProducerState
+
+# A frame encoded by the helper thread (header, payload), or the error it raised instead.
+_Encoded = tuple[tuple[bytes, pa.Buffer] | None, BaseException | None]
+
+
+def _encode_ahead(batches: list[pa.RecordBatch], omitted: int) -> Iterator[tuple[bytes, pa.Buffer]]:
+    """:func:`encode_stored` of each batch, in order. With several batches a helper thread encodes one
+    frame ahead: serialising and the CRC release the GIL, so they overlap the write of the previous frame."""
+    if len(batches) < 2:
+        for batch in batches:
+            yield encode_stored(batch, omitted)
+        return
+    ready: queue.Queue[_Encoded] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def encode() -> None:
+        for batch in batches:
+            if stop.is_set():
+                return
+            try:
+                item: _Encoded = (encode_stored(batch, omitted), None)
+            except BaseException as e:  # handed to the consumer, which raises it
+                item = (None, e)
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if item[1] is not None:
+                return
+
+    worker = threading.Thread(target=encode, name="compactlog-encode", daemon=True)
+    worker.start()
+    try:
+        for _ in batches:
+            parts, error = ready.get()
+            if error is not None:
+                raise error
+            assert parts is not None
+            yield parts
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _int64s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """An integer column without nulls as a numpy int64 array."""
+    return to_numpy(column).astype(np.int64, copy=False)
+
+
+class Log:
+    """One partition of a topic."""
+
+    def __init__(self, directory: str, topic: str, partition: int, config: Callable[[], Any],
+                 clock: Callable[[], int], read_only: bool = False) -> None:
+        self.directory, self.topic, self.partition, self.read_only = directory, topic, partition, read_only
+        self._config, self._clock = config, clock
+        self._thread_lock = threading.RLock()
+        self._lock_fd, self._lock_mode = open_partition_lock(directory, read_only)
+        self._pending_deletes: list[tuple[int, str]] = []
+        self._lock_depth = 0
+        self._producers = LogProducerState(directory)
+        self.recovered_bytes = 0
+        with self.locked(refresh=False):
+            self._sealed, self._active = self._open()
+
+    # -- locking and the on-disk view -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, refresh: bool = True) -> Iterator[Log]:
+        """Hold the partition lock (this process's threads and other processes) across several calls."""
+        with self._thread_lock:
+            if self._lock_depth:  # re-entered by this thread: the lock is held and the view fresh
+                self._lock_depth += 1
+                try:
+                    yield self
+                finally:
+                    self._lock_depth -= 1
+                return
+            fcntl.flock(self._lock_fd, self._lock_mode)
+            self._lock_depth = 1
+            try:
+                if refresh:
+                    self._refresh()
+                yield self
+            finally:
+                self._lock_depth = 0
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        with self._thread_lock:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def _open(self) -> tuple[list[SealedSegment], ActiveSegment]:
+        """Recover the directory, load its segments and rebuild the producer state (under the lock)."""
+        loader.recover(self.directory, self.read_only, self._compression())
+        sealed, active, recovered = loader.load(self.directory, self.read_only)
+        if recovered is not None:
+            self.recovered_bytes = recovered
+        self._producers.rebuild(active.next_offset, active.base_offset,
+                                lambda start: reads.rows_from(sealed, active, start, PRODUCER_COLUMNS))
+        return sealed, active
+
+    def _refresh(self) -> None:
+        """Catch up with changes made by other processes (called under the lock)."""
+        sealed, active = live_segments(self.directory)
+        known = {s.base_offset: s for s in self._sealed}
+        changed = set(sealed) != set(known)
+        if not changed:
+            for base, segment in known.items():
+                try:
+                    if os.stat(os.path.join(self.directory, sealed[base])).st_ino != segment.inode:
+                        changed = True
+                        break
+                except FileNotFoundError:
+                    changed = True
+                    break
+        current = self._active
+        base = current.base_offset
+        if not changed and max(active, default=-1) == base and base not in sealed:
+            growth = current.growth_on_disk()
+            if growth == 0:
+                return
+            if growth is not None:  # appends by another process: verify and take them in
+                before = current.next_offset
+                current.scan(truncate=not self.read_only)
+                for batch in current.read_batches(before):
+                    if batch.num_rows:
+                        self._apply_rows(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS))
+                return
+        # Rolled, swapped, retention-deleted or replaced (a topic deleted and created again) elsewhere.
+        self._sealed, self._active = self._open()
+
+    def _apply_rows(self, rows: pa.Table) -> None:
+        self._producers.apply(rows, self._active.base_offset)
+
+    @property
+    def active(self) -> ActiveSegment:
+        with self.locked():
+            return self._active
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        with self.locked():
+            return list(self._sealed)
+
+    def snapshot(self) -> tuple[list[SealedSegment], ActiveSegment]:
+        with self.locked():
+            return list(self._sealed), self._active
+
+    # -- offsets and metadata --------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        with self.locked():
+            return self._sealed[0].base_offset if self._sealed else self._active.base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        with self.locked():
+            return self._active.next_offset
+
+    def segments_meta(self) -> list[SegmentMeta]:
+        with self.locked():
+            return [s.meta for s in self._sealed] + [self._active.meta()]
+
+    # -- append and roll ---------------------------------------------------------------------------------
+
+    def append(self, rows: pa.RecordBatch | pa.Table, flush: bool = True) -> tuple[int, int]:
+        """Append rows (SCHEMA without meaningful offsets: they are assigned here), in order, under the lock.
+        Each frame is all or nothing; rows spanning several frames may keep a prefix after a crash.
+
+        Returns ``(first_offset, append_time_ms)``. With ``flush`` the rows are fsynced before returning.
+
+        The rows go into frames of the active segment, rolling it first when a frame would take it past
+        ``segment.bytes``, or when the frame's newest timestamp is more than the roll time (``segment.ms``;
+        for compacted topics at most ``max.compaction.lag.ms``) after the segment's first timestamp
+        (Kafka's ``LogSegment.shouldRoll``: so loading old data does not roll at every append).
+        """
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        with self.locked():
+            now = self._clock()
+            config = self._config()
+            n = table.num_rows
+            if config.message_timestamp_type == "LogAppendTime":
+                table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
+            first_offset = self._active.next_offset
+            omitted = omitted_columns(table)
+            frames = plan_frames(SegmentStats.from_meta(self._active.meta()), row_sizes(table, omitted),
+                                 _int64s(table.column(1)), config.segment_bytes, config.roll_ms)
+            stored = table.select(stored_columns(omitted)[1])
+            batches = []
+            for start, end, _ in frames:
+                offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
+                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), pa.array(offsets))
+                batches.append(chunk.combine_chunks().to_batches()[0])
+            for (_, _, roll_first), batch, (header, payload) in zip(
+                    frames, batches, _encode_ahead(batches, omitted), strict=True):
+                if roll_first:
+                    self._roll()
+                self._active.append_encoded(header, payload, batch)
+                fault_point("log.frame-appended")
+                rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
+                self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
+            if flush:
+                self._active.flush()
+            return first_offset, now
+
+    def append_producer_batch(self, rows: pa.Table, producer_id: int, epoch: int, base_sequence: int,
+                              transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
+        """Append an idempotent producer's batch: ``(first_offset, append_time, duplicate)``. A retried
+        batch (same producer, epoch and sequences) is not appended again: its original offsets come back."""
+        n = rows.num_rows
+        last_sequence = (base_sequence + n - 1) % (INT32_MAX + 1)
+        with self.locked():
+            duplicate = self._producers.manager.check_batch(producer_id, epoch, base_sequence, last_sequence)
+            if duplicate is not None:
+                return duplicate.first_offset, self._clock(), True
+            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT32_MAX + 1)
+            for name, values in (("producer_id", repeat(producer_id, pa.int64(), n)),
+                                 ("producer_epoch", repeat(epoch, pa.int16(), n)),
+                                 ("sequence", from_numpy(sequences.astype(np.int32))),
+                                 ("is_transactional", repeat(transactional, pa.bool_(), n))):
+                index = SCHEMA.get_field_index(name)
+                rows = rows.set_column(index, SCHEMA.field(index), values)
+            first, now = self.append(rows, flush=flush)
+            return first, now, False
+
+    def append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool = True) -> int:
+        """Append a transaction marker (COMMIT or ABORT control row) for a producer; returns its offset."""
+        with self.locked():
+            self._producers.manager.check_epoch(producer_id, epoch)
+            first, _ = self.append(marker_rows(producer_id, epoch, control_type, self._clock()), flush=flush)
+            return first
+
+    # -- producer state and transactions -------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the log end offset."""
+        with self.locked():
+            unstable = self._producers.manager.first_unstable_offset()
+            return unstable if unstable is not None else self._active.next_offset
+
+    def aborted_transactions(self, start_offset: int, end_offset: int | None = None) -> list[AbortedTxn]:
+        """Aborted transactions that may hold data in ``[start_offset, end_offset)``, from the segments'
+        transaction indexes (wherever their ABORT markers lie)."""
+        with self.locked():
+            entries = [a for s in self._sealed for a in s.aborted] + list(self._producers.active_aborted)
+        return [a for a in entries
+                if a.last_offset >= start_offset and (end_offset is None or a.first_offset < end_offset)]
+
+    def open_transaction(self, producer_id: int) -> tuple[int, int] | None:
+        """``(first offset, start timestamp)`` of the producer's open transaction here, if any."""
+        with self.locked():
+            return self._producers.manager.open_transaction(producer_id)
+
+    def producer_last_offsets(self, now_ms: int, expiration_ms: int) -> set[int]:
+        """Offsets of the last records of producers that have not expired (the cleaner keeps them)."""
+        with self.locked():
+            return set(self._producers.manager.last_offsets_of_active_producers(now_ms, expiration_ms).values())
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
+        """Forget producers idle for ``expiration_ms`` (``producer.id.expiration.ms``) outside a transaction."""
+        with self.locked():
+            self._producers.manager.expire(now_ms, expiration_ms)
+
+    def flush(self) -> None:
+        with self.locked():
+            self._active.flush()
+
+    def roll(self) -> bool:
+        """Seal the active segment now; a no-op when it is empty. Returns whether a segment was sealed."""
+        with self.locked():
+            if not self._active.size:
+                return False
+            self._roll()
+            return True
+
+    def maybe_roll_idle(self, now: int, max_age_ms: int) -> bool:
+        """Roll a non-empty active segment whose first record is older than ``max_age_ms``."""
+        with self.locked():
+            if idle_roll_due(SegmentStats.from_meta(self._active.meta()), now, max_age_ms):
+                self._roll()
+                return True
+            return False
+
+    def _compression(self) -> str:
+        return str(getattr(self._config(), "parquet_compression", "snappy"))
+
+    def _roll(self) -> None:
+        """Seal the active segment and start the next (the roll's crash points: :mod:`.loader`)."""
+        old = self._active
+        sealed = loader.seal(self.directory, old, self._compression(), self._producers.active_aborted)
+        fault_point("log.roll-sealed")
+        self._active = ActiveSegment.create(
+            os.path.join(self.directory, segment_name(old.next_offset, ACTIVE_SUFFIX)), old.next_offset)
+        os.unlink(old.path)
+        fsync_dir(self.directory)
+        self._sealed.append(sealed)
+        self._producers.rolled(old.next_offset)
+
+    # -- reads (:mod:`.reads`) ------------------------------------------------------------------------------
+
+    def check_offset(self, offset: int) -> None:
+        """Raise :class:`~compactlog.errors.OffsetOutOfRangeError` unless ``offset`` is in ``[log start, log end]``."""
+        with self.locked():
+            start, end = self.log_start_offset, self.log_end_offset
+        reads.check_offset(offset, start, end, f"{self.topic}-{self.partition}")
+
+    def read_tables(self, start_offset: int, end_offset: int | None = None, columns: list[str] | None = None,
+                    include_control: bool = False) -> Iterator[pa.Table]:
+        """Tables of rows in ``[start_offset, end_offset)`` in offset order, one or more per segment."""
+        return reads.read_tables(self.snapshot, self.directory, start_offset, end_offset, columns, include_control)
+
+    def offset_for_time(self, timestamp_ms: int) -> int | None:
+        """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``."""
+        return reads.offset_for_time(self.snapshot, self.directory, timestamp_ms)
+
+    # -- removal of whole segments: retention and the cleaner's swap ----------------------------------------
+
+    def delete_segments(self, bases: list[int], delay_ms: int) -> int:
+        """Remove sealed segments (retention). They are renamed ``.deleted`` and removed after ``delay_ms``.
+        Returns the bytes removed."""
+        removed = 0
+        with self.locked():
+            keep = []
+            for segment in self._sealed:
+                if segment.base_offset in bases:
+                    removed += segment.meta.size_bytes
+                    self._schedule_delete(segment.path, delay_ms)
+                else:
+                    keep.append(segment)
+            self._sealed = keep
+            fsync_dir(self.directory)
+        return removed
+
+    def swap_cleaned(self, cleaned: Sequence[swap.CleanedFile], source_inodes: Mapping[int, int], delay_ms: int,
+                     hook: swap.SwapHook | None = None) -> list[SealedSegment]:
+        """Install a cleaner round's cleaned files in place of their source segments, whose inodes the round
+        read were ``source_inodes`` (Kafka's ``.cleaned`` -> ``.swap`` -> live protocol, :func:`.swap.install`,
+        under the lock); the replaced files are removed after ``delay_ms``. Returns the installed segments;
+        raises :class:`~compactlog.errors.CleanerError`, with nothing installed, if a source changed."""
+        if not cleaned:
+            return []
+        with self.locked():
+            live = {s.base_offset: s for s in self._sealed}
+            replaced, installed = swap.install(self.directory, cleaned, live, source_inodes,
+                                               lambda path: self._schedule_delete(path, delay_ms), hook)
+            keep = [s for base, s in live.items() if base not in replaced]
+            self._sealed = sorted(keep + installed, key=lambda s: s.base_offset)
+            return installed
+
+    def _schedule_delete(self, path: str, delay_ms: int) -> None:
+        """Rename ``path`` to ``.deleted`` and remove it once ``delay_ms`` has passed (Kafka's async
+        delete; the caller holds the lock)."""
+        deleted = path + DELETED_SUFFIX
+        os.replace(path, deleted)
+        self._pending_deletes.append((self._clock() + delay_ms, deleted))
+        self.delete_expired_files()
+
+    def delete_expired_files(self) -> None:
+        """Remove the ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+        with self.locked(refresh=False):
+            now = self._clock()
+            due = [p for deadline, p in self._pending_deletes if deadline <= now]
+            self._pending_deletes = [(d, p) for d, p in self._pending_deletes if d > now]
+            for path in due:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+
+def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:
+    """One transaction marker as a row: a control row of the producer, no key, value or headers."""
+    return pa.table([
+        pa.array([0], pa.int64()), pa.array([now_ms], pa.int64()), pa.nulls(1, pa.binary()),
+        pa.nulls(1, pa.binary()), pa.nulls(1, SCHEMA.field("headers").type), pa.array([producer_id], pa.int64()),
+        pa.array([epoch], pa.int16()), pa.array([NO_SEQUENCE], pa.int32()), pa.array([True]),
+        pa.array([control_type], pa.int8()), pa.array([NO_DELETE_HORIZON], pa.int64())], schema=SCHEMA)

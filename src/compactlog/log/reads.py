@@ -1,0 +1,126 @@
+"""Reads of a partition's log: the rows of an offset range, the first offset at or after a time, and the
+offset range check.
+
+A read takes a consistent snapshot of the segment list (the sealed segments and the active one) under
+the partition lock, then reads the files without it, so appends, rolls and the cleaner's swap go on
+meanwhile. A file that vanishes under a read (a roll or a swap replaced it) makes the read take a fresh
+snapshot and go on from where it was, at most :data:`READ_RETRIES` times. Transaction markers (control
+rows) are dropped unless asked for; ``control_type`` is read only to drop them, and not at all from a
+segment that holds none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..columns import from_numpy, to_numpy
+from ..errors import CorruptSegmentError, OffsetOutOfRangeError
+from ..record import CONTROL_NONE
+from ..segment import ActiveSegment, SealedSegment
+
+READ_RETRIES = 5
+# The columns offset_for_time reads.
+_TIME_COLUMNS = ("offset", "timestamp", "control_type")
+
+# The segment list as of one moment, taken under the partition lock: the sealed segments and the active one.
+Snapshot = Callable[[], tuple[list[SealedSegment], ActiveSegment]]
+
+
+def check_offset(offset: int, log_start_offset: int, log_end_offset: int, name: str) -> None:
+    """Raise :class:`OffsetOutOfRangeError` unless ``offset`` lies in ``[log start, log end]`` of log ``name``."""
+    if offset < log_start_offset or offset > log_end_offset:
+        raise OffsetOutOfRangeError(
+            f"offset {offset} is out of range for {name}: log start {log_start_offset}, log end {log_end_offset}")
+
+
+def read_tables(snapshot: Snapshot, directory: str, start_offset: int, end_offset: int | None = None,
+                columns: list[str] | None = None, include_control: bool = False) -> Iterator[pa.Table]:
+    """Tables of rows in ``[start_offset, end_offset)`` in offset order, one or more per segment."""
+    position = start_offset
+    for _ in range(READ_RETRIES):
+        sealed, active = snapshot()
+        try:
+            for segment in sealed:
+                if segment.next_offset <= position:
+                    continue
+                if end_offset is not None and segment.base_offset >= end_offset:
+                    return
+                controls = segment.meta.control_count
+                plain = controls == 0 or include_control
+                read_columns = columns if plain else _with_filter_columns(columns)
+                table = segment.read(position, end_offset, columns=read_columns)
+                position = segment.next_offset
+                if table.num_rows:
+                    yield _finish(table, columns, include_control, controls)
+            if end_offset is not None and end_offset <= position:
+                return
+            for batch in active.read_batches(position, end_offset):
+                table = pa.Table.from_batches([batch])
+                position = batch.column(0)[-1].as_py() + 1 if batch.num_rows else position
+                if table.num_rows:
+                    yield _finish(table, columns, include_control, active.control_count)
+            return
+        except FileNotFoundError:
+            continue  # a roll or swap replaced a file under us: re-snapshot and go on from `position`
+    raise CorruptSegmentError(f"{directory}: segments kept changing during a read")
+
+
+def offset_for_time(snapshot: Snapshot, directory: str, timestamp_ms: int) -> int | None:
+    """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``.
+
+    Only the first segment whose newest timestamp reaches ``timestamp_ms`` can hold it (every earlier
+    record is older), and inside it only the row groups (or frames) whose newest timestamp does."""
+    for _ in range(READ_RETRIES):
+        sealed, active = snapshot()
+        try:
+            for segment in sealed:
+                if segment.meta.max_timestamp < timestamp_ms or not segment.meta.record_count:
+                    continue
+                for table in segment.read_from_time(timestamp_ms, list(_TIME_COLUMNS)):
+                    found = _first_at_or_after(table, timestamp_ms)
+                    if found is not None:
+                        return found
+            for frame in active.frames_from_time(timestamp_ms):
+                rows = pa.Table.from_batches([active.read_frame(frame)])
+                found = _first_at_or_after(rows, timestamp_ms)
+                if found is not None:
+                    return found
+            return None
+        except FileNotFoundError:
+            continue  # a roll or swap replaced a file under us: look again
+    raise CorruptSegmentError(f"{directory}: segments kept changing during a search")
+
+
+def rows_from(sealed: list[SealedSegment], active: ActiveSegment, start: int, columns: list[str]) -> Iterator[pa.Table]:
+    """Rows from ``start`` on, markers included, read directly: the caller holds the partition lock, so no
+    file can vanish."""
+    for segment in sealed:
+        if segment.next_offset > start:
+            table = segment.read(start, None, columns=columns)
+            if table.num_rows:
+                yield table
+    for batch in active.read_batches(max(start, active.base_offset)):
+        if batch.num_rows:
+            yield pa.Table.from_batches([batch]).select(columns)
+
+
+def _with_filter_columns(columns: list[str] | None) -> list[str] | None:
+    if columns is None:
+        return None
+    return columns if "control_type" in columns else [*columns, "control_type"]
+
+
+def _finish(table: pa.Table, columns: list[str] | None, include_control: bool,
+            control_count: int) -> pa.Table:
+    if not include_control and control_count:
+        table = table.filter(from_numpy(to_numpy(table.column("control_type")) == CONTROL_NONE))
+    return table.select(columns) if columns is not None else table
+
+
+def _first_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
+    hits = np.flatnonzero((to_numpy(table.column("timestamp")) >= timestamp_ms)
+                          & (to_numpy(table.column("control_type")) == CONTROL_NONE))
+    return int(to_numpy(table.column("offset"))[hits[0]]) if len(hits) else None
