@@ -46,7 +46,8 @@ from .data_dir import check_recovered, open_partition_lock
 from .errors import CorruptSegmentError, OffsetOutOfRangeError
 from .faults import fault_point
 from .frame_plan import plan_frames, row_sizes
-from .producer_state import INT32_MAX, AbortedTxn, ProducerStateManager
+from .limits import INT_MAX
+from .producer_state import AbortedTxn, ProducerStateManager
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
 from .segment import (
     ACTIVE_SUFFIX,
@@ -428,12 +429,12 @@ class Log:
         """Append an idempotent producer's batch: ``(first_offset, append_time, duplicate)``. A retried
         batch (same producer, epoch and sequences) is not appended again: its original offsets come back."""
         n = rows.num_rows
-        last_sequence = (base_sequence + n - 1) % (INT32_MAX + 1)
+        last_sequence = (base_sequence + n - 1) % (INT_MAX + 1)
         with self.locked():
             duplicate = self._producers.check_batch(producer_id, epoch, base_sequence, last_sequence)
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
-            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT32_MAX + 1)
+            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)
             for name, values in (("producer_id", repeat(producer_id, pa.int64(), n)),
                                  ("producer_epoch", repeat(epoch, pa.int16(), n)),
                                  ("sequence", from_numpy(sequences.astype(np.int32))),

@@ -29,8 +29,8 @@ from .errors import (
     StoreClosedError,
     UnknownTopicOrPartitionError,
 )
+from .limits import INT_MAX
 from .partitioner import StickyPartitioner, partitions_for_keys
-from .producer_state import INT32_MAX
 from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .transactions import TransactionCoordinator
 
 
-INT32_LIMIT = INT32_MAX + 1  # sequences wrap around to 0 after Int.MaxValue, as in Kafka
+INT32_LIMIT = INT_MAX + 1  # sequences wrap around to 0 after Int.MaxValue, as in Kafka
 
 
 class ProducerTarget(Protocol):

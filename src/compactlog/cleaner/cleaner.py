@@ -56,13 +56,9 @@ from .kernel import (
     transaction_facts,
 )
 from .memory_pool import round_memory_pool
-from .plan import (
-    CleanerStats,
-    LogToClean,
-    PartitionState,
-    select_logs,
-)
-from .plan import cleaner_metrics as metrics_from_stats
+from .metrics import CleanerStats
+from .metrics import cleaner_metrics as metrics_from_stats
+from .plan import LogToClean, PartitionState, select_logs
 from .single_pass import clean_newest_first
 from .swap import SwapHook, discard, replace_segments
 
