@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns
 from .cleaner.plan import SegmentStats, idle_roll_due
 from .columns import from_numpy, repeat, to_numpy
 from .data_dir import check_recovered, open_partition_lock
@@ -49,6 +50,7 @@ from .frame_plan import plan_frames, row_sizes
 from .limits import INT_MAX
 from .producer_state import AbortedTxn, ProducerStateManager
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
+from .sealed_segment import SealedSegment, write_sealed
 from .segment import (
     ACTIVE_SUFFIX,
     CLEANED_SUFFIX,
@@ -56,17 +58,11 @@ from .segment import (
     SEALED_SUFFIX,
     SEALING_SUFFIX,
     SWAP_SUFFIX,
-    ActiveSegment,
-    SealedSegment,
     SegmentMeta,
-    encode_stored,
     fsync_path,
     is_segment_name,
     offset_from_name,
-    omitted_columns,
     segment_name,
-    stored_columns,
-    write_sealed,
 )
 
 READ_RETRIES = 5

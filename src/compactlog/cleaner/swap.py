@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from ..errors import CleanerError
 from ..faults import fault_point
 from ..log import Log, fsync_dir
-from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX, SealedSegment
+from ..sealed_segment import SealedSegment
+from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX
 from .kernel import GroupResult
 
 SwapHook = Callable[[str], None]
