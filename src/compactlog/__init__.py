@@ -30,8 +30,9 @@ from .errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from .partition_view import PartitionInfo, SegmentInfo
 from .record import Record, RecordMetadata
-from .store import AppendResult, PartitionInfo, SegmentInfo, Store, open_store
+from .store import AppendResult, Store, open_store
 
 __version__ = "0.1.0"
 

@@ -32,6 +32,7 @@ from typing import SupportsIndex, TypeAlias
 
 from compactlog.errors import CheckpointError
 from compactlog.faults import fault_point
+from compactlog.limits import INT_MAX, LONG_MAX
 
 __all__ = [
     "CHECKPOINT_FILE_NAME",
@@ -58,8 +59,6 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 # which Python's int() would accept).
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
-_INT32_MAX = 2**31 - 1  # a partition is a Java int
-_INT64_MAX = 2**63 - 1  # an offset is a Java long
 
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -116,8 +115,8 @@ def parse_checkpoint(text: str, source: str = "<string>") -> dict[TopicPartition
                 f"{source}: line {line_no}: malformed entry, want '<topic> <partition> <offset>': {line!r}"
             )
         topic = fields[0]
-        partition = _parse_int(fields[1], "partition", _INT32_MAX, source, line_no)
-        offset = _parse_int(fields[2], "offset", _INT64_MAX, source, line_no)
+        partition = _parse_int(fields[1], "partition", INT_MAX, source, line_no)
+        offset = _parse_int(fields[2], "offset", LONG_MAX, source, line_no)
         if (topic, partition) in entries:
             raise CheckpointError(f"{source}: line {line_no}: duplicate entry for {topic}-{partition}")
         entries[(topic, partition)] = offset
@@ -142,7 +141,7 @@ def _check_entry(key: object, offset: object) -> tuple[str, int, int]:
     if not isinstance(topic, str) or topic.split() != [topic]:
         raise CheckpointError(f"cannot write topic {topic!r} to a checkpoint: empty, or contains whitespace")
     values = []
-    for what, value, maximum in (("partition", partition, _INT32_MAX), ("offset", offset, _INT64_MAX)):
+    for what, value, maximum in (("partition", partition, INT_MAX), ("offset", offset, LONG_MAX)):
         # Ints and numpy integers (anything with __index__), but not bool, which is an int in Python.
         if isinstance(value, bool) or not isinstance(value, SupportsIndex):
             raise CheckpointError(f"{topic}-{partition}: {what} must be an int, got {value!r}")

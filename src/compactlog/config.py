@@ -22,20 +22,17 @@ from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
 from compactlog.cleaner.plan import effective_roll_ms
 from compactlog.errors import ConfigError
+from compactlog.limits import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
-__all__ = [
-    "BROKER_CONFIGS", "PRODUCER_CONFIGS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigDef", "ProducerConfig",
-    "Synonym", "TopicConfig", "alter", "describe_configs", "load_broker_config", "parse_properties",
-    "producer_config", "topic_config",
-]
+__all__ = ["BROKER_CONFIGS", "PRODUCER_CONFIGS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigDef", "ProducerConfig",
+           "Synonym", "TopicConfig", "alter", "describe_configs", "load_broker_config", "parse_properties",
+           "producer_config", "topic_config"]
 
 Kind = Literal["int", "long", "double", "boolean", "string", "list"]
 
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
 # Java's int and long ranges bound every integer config, as ConfigDef's INT and LONG types do.
 _TYPE_BOUNDS: dict[str, tuple[float, float]] = {
-    "int": (-(2**31), INT_MAX), "long": (-(2**63), LONG_MAX), "double": (-math.inf, math.inf)}
+    "int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX), "double": (-math.inf, math.inf)}
 # Kafka parses with Integer.parseInt / Long.parseLong / Double.parseDouble: no "1.5" for a LONG, no "1_000".
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")

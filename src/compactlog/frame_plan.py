@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .active_segment import FRAME_HEADER_SIZE, frame_row_bytes
 from .cleaner.plan import SegmentStats, should_roll
 from .columns import to_numpy
 from .record import header_bytes
-from .segment import FRAME_HEADER_SIZE, frame_row_bytes
 
 # Rows per active-segment frame: bounds the memory of one append and of one read step.
 MAX_FRAME_ROWS = 65536

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -29,17 +29,33 @@ from .errors import (
     StoreClosedError,
     UnknownTopicOrPartitionError,
 )
+from .limits import INT_MAX
 from .partitioner import StickyPartitioner, partitions_for_keys
-from .producer_state import INT32_MAX
 from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows
 
 if TYPE_CHECKING:
     from .config import TopicConfig
     from .log import Log
-    from .store import Store
+    from .transactions import TransactionCoordinator
 
 
-INT32_LIMIT = INT32_MAX + 1  # sequences wrap around to 0 after Int.MaxValue, as in Kafka
+INT32_LIMIT = INT_MAX + 1  # sequences wrap around to 0 after Int.MaxValue, as in Kafka
+
+
+class ProducerTarget(Protocol):
+    """What a producer uses of the store it sends to (:class:`compactlog.store.Store` is one): the producer
+    depends on this, never on the store, so that the store can own the producer."""
+
+    clock: Callable[[], int]
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    def topic_config(self, topic: str) -> TopicConfig: ...
+
+    def partitions(self, topic: str) -> int: ...
+
+    def log(self, topic: str, partition: int) -> Log: ...
 
 
 class _Drained:
@@ -123,7 +139,7 @@ class _Accumulator:
 class Producer:
     """Send records to a store's topics. Use ``store.producer()``; a context manager (flush + close)."""
 
-    def __init__(self, store: Store, config: ProducerConfig) -> None:
+    def __init__(self, store: ProducerTarget, config: ProducerConfig) -> None:
         self.store = store
         self.config = config
         self._lock = threading.RLock()

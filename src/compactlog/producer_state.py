@@ -30,10 +30,10 @@ import pyarrow as pa
 
 from .columns import to_numpy
 from .errors import OutOfOrderSequenceError, ProducerFencedError
+from .limits import INT_MAX
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_PRODUCER_ID
 
 BATCHES_KEPT = 5
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class ProducerStateManager:
                 delta = first_seq - batch.first_seq
                 return BatchMetadata(first_seq, last_seq, batch.first_offset + delta,
                                      batch.first_offset + delta + (last_seq - first_seq))
-        expected = 0 if entry.last_seq == INT32_MAX else entry.last_seq + 1
+        expected = 0 if entry.last_seq == INT_MAX else entry.last_seq + 1
         if entry.batches and first_seq != expected:
             raise OutOfOrderSequenceError(
                 f"producer {producer_id} epoch {epoch}: sequence {first_seq} does not follow {entry.last_seq}")

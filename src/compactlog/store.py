@@ -33,8 +33,10 @@ from .config import BrokerConfig, TopicConfig, alter, load_broker_config, produc
 from .data_dir import TOPICS_DIR, open_data_dir, read_only_error
 from .errors import ConfigError, InvalidTopicError, StoreClosedError, TopicExistsError, UnknownTopicOrPartitionError
 from .log import Log, fsync_dir
+from .partition_view import PartitionInfo, SegmentInfo, describe_partition
 from .producer_state import aborted_mask
 from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, to_rows
+from .retention import apply_retention
 from .topic_metadata import (
     TopicMetadata,
     colliding_topic,
@@ -58,32 +60,6 @@ DELETE_DIR_SUFFIX = "-delete"
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    base_offset: int
-    size_bytes: int
-    record_count: int
-    max_timestamp: int
-    active: bool
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """One partition as ``describe`` reports it, with the cleaner's view of it."""
-
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    size_bytes: int
-    segments: list[SegmentInfo]
-    first_dirty_offset: int | None = None
-    first_uncleanable_offset: int | None = None
-    dirty_ratio: float = 0.0
-    uncleanable_reason: str | None = None
-    max_compaction_delay_ms: int = 0
-    last_stable_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -420,9 +396,12 @@ class Store:
         return self.log(topic, partition).roll()
 
     def describe(self, topic: str) -> list[PartitionInfo]:
-        from .cleaner.cleaner import describe_partition
-
-        return [describe_partition(self, log) for log in self.partition_logs(topic)]
+        described = []
+        for log in self.partition_logs(topic):
+            tp = (topic, log.partition)
+            described.append(describe_partition(log, self.topic_config(topic), self.checkpoint.read().get(tp),
+                                                self.clock(), self.cleaner_state.uncleanable.get(tp)))
+        return described
 
     # -- retention and cleaning --------------------------------------------------------------------------
 
@@ -430,8 +409,6 @@ class Store:
         """Time and size retention of topics whose cleanup.policy has delete (compact,delete ones also get it
         after each cleaning, and never with log.cleaner.enable=false, as in Kafka), and removal of ``.deleted``
         files whose ``file.delete.delay.ms`` has passed. Returns bytes removed per partition."""
-        from .cleaner.cleaner import apply_retention
-
         self.check_writable("enforce retention")
         removed: dict[tuple[str, int], int] = {}
         for log in list(self._logs.values()):  # files renamed .deleted earlier whose delay has passed
@@ -439,7 +416,7 @@ class Store:
         for topic in self.topics():
             if (config := self.topic_config(topic)).delete and (self.broker.log_cleaner_enable or not config.compact):
                 for log in self.partition_logs(topic):
-                    freed = apply_retention(self, log)
+                    freed = apply_retention(log, config, self.clock())
                     if freed:
                         removed[(topic, log.partition)] = freed
         return removed

@@ -45,14 +45,15 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import InvalidTransactionTimeoutError, ProducerFencedError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .config import BrokerConfig
+    from .log import Log
 
 TXN_DIR = ".transactions"
 EPOCH_MAX = 32767
@@ -104,10 +105,23 @@ def _file_name(transactional_id: str) -> str:
     return _SAFE_ID.sub(lambda m: f"%{ord(m.group()):04x}", transactional_id) + ".json"
 
 
+class CoordinatedStore(Protocol):
+    """What the coordinator uses of its store (:class:`compactlog.store.Store` is one): the coordinator
+    depends on this, never on the store, so that the store can own the coordinator."""
+
+    data_dir: str
+    broker: BrokerConfig
+    clock: Callable[[], int]
+
+    def log(self, topic: str, partition: int) -> Log: ...
+
+    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int: ...
+
+
 class TransactionCoordinator:
     """Producer ids and transactions of one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: CoordinatedStore) -> None:
         self.store = store
         self.directory = os.path.join(store.data_dir, TXN_DIR)
         os.makedirs(self.directory, exist_ok=True)

@@ -19,7 +19,8 @@ from compactlog import (
     RecordTooLargeError,
 )
 from compactlog.record import HEADER_TYPE
-from compactlog.segment import SEALING_SUFFIX, SealedSegment, segment_name
+from compactlog.sealed_segment import SealedSegment
+from compactlog.segment import SEALING_SUFFIX, segment_name
 from support import FakeClock
 
 HOUR_MS = 3_600_000

@@ -9,18 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compactlog.cleaner.metrics import CleanerStats, cleaner_metrics
 from compactlog.cleaner.plan import (
-    INT_MAX,
     LIMIT_ACTIVE,
     LIMIT_LSO,
     LIMIT_MIN_LAG,
-    LONG_MAX,
-    CleanerStats,
     CleaningPolicy,
     PartitionState,
     SegmentStats,
     cleanable_offsets,
-    cleaner_metrics,
     effective_roll_ms,
     group_segments_by_size,
     idle_roll_due,
@@ -30,6 +27,7 @@ from compactlog.cleaner.plan import (
     select_logs,
     should_roll,
 )
+from compactlog.limits import INT_MAX, LONG_MAX
 
 POLICY = CleaningPolicy(
     compact=True,

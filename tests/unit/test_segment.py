@@ -16,21 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactlog import CorruptSegmentError
-from compactlog import segment as segment_module
+from compactlog import sealed_segment as segment_module
+from compactlog.active_segment import FRAME_HEADER_SIZE, OMITTABLE_DEFAULTS, ActiveSegment, encode_frame
 from compactlog.record import CONTROL_COMMIT, SCHEMA, to_rows
-from compactlog.segment import (
-    FRAME_HEADER_SIZE,
-    OMITTABLE_DEFAULTS,
-    ActiveSegment,
-    SealedSegment,
-    SegmentWriter,
-    encode_frame,
-    is_segment_name,
-    offset_from_name,
-    read_parquet,
-    segment_name,
-    write_sealed,
-)
+from compactlog.sealed_segment import SealedSegment, SegmentWriter, read_parquet, write_sealed
+from compactlog.segment import is_segment_name, offset_from_name, segment_name
 
 
 def batch(offsets: list[int], timestamps: list[int] | None = None, controls: int = 0) -> pa.RecordBatch:
@@ -416,8 +406,9 @@ def test_frames_of_the_first_format_are_still_read(active: ActiveSegment) -> Non
 
 
 def test_an_active_segment_of_an_unknown_format_is_refused_not_truncated(tmp_path: Path) -> None:
+    from compactlog.active_segment import ActiveSegment
     from compactlog.errors import CorruptSegmentError
-    from compactlog.segment import ActiveSegment, segment_name
+    from compactlog.segment import segment_name
 
     path = tmp_path / segment_name(0, ".log")
     path.write_bytes(b"XYZ9" + b"\x01" * 200)

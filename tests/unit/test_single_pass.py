@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compactlog
-from compactlog import segment as segment_module
+from compactlog import sealed_segment as segment_module
 from compactlog.cleaner import cleaner, single_pass
 from support import FakeClock
 

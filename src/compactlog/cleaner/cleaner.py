@@ -35,12 +35,14 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from ..errors import CleanerError, CompactLogError
 from ..faults import fault_point
+from ..partition_view import planner_state
+from ..retention import apply_retention
 from .kernel import (
     CleanTask,
     GroupResult,
@@ -54,26 +56,38 @@ from .kernel import (
     transaction_facts,
 )
 from .memory_pool import round_memory_pool
-from .plan import (
-    CleanerStats,
-    CleaningPolicy,
-    LogToClean,
-    PartitionState,
-    SegmentStats,
-    log_to_clean,
-    retention_deletable,
-    select_logs,
-)
-from .plan import cleaner_metrics as metrics_from_stats
+from .metrics import CleanerStats
+from .metrics import cleaner_metrics as metrics_from_stats
+from .plan import LogToClean, PartitionState, select_logs
 from .single_pass import clean_newest_first
 from .swap import SwapHook, discard
 
 if TYPE_CHECKING:
+    from ..checkpoint import CheckpointFile
+    from ..config import BrokerConfig, TopicConfig
     from ..log import Log
-    from ..store import PartitionInfo, Store
+    from .state import CleanerState
 
 TopicPartition = tuple[str, int]
 CLEANER_DISABLED = "log.cleaner.enable=false: the cleaner is off for this data directory"
+
+
+class LogDirectory(Protocol):
+    """What a pass uses of the data directory it cleans (:class:`compactlog.store.Store` is one): the cleaner
+    depends on this, never on the store, so that the store can own the cleaner."""
+
+    clock: Callable[[], int]
+    broker: BrokerConfig
+    checkpoint: CheckpointFile
+    cleaner_state: CleanerState
+
+    def topics(self) -> list[str]: ...
+
+    def topic_config(self, topic: str) -> TopicConfig: ...
+
+    def log(self, topic: str, partition: int) -> Log: ...
+
+    def partition_logs(self, topic: str | None = None) -> Iterator[Log]: ...
 
 
 @dataclass(frozen=True)
@@ -115,30 +129,12 @@ class OnDemandExecutor:
     start: Callable[[], Any]
 
 
-def segment_stats(log: Log) -> tuple[SegmentStats, ...]:
-    return tuple(SegmentStats(m.base_offset, m.next_offset, m.size_bytes, m.record_count, m.max_timestamp,
-                              m.first_timestamp, m.active) for m in log.segments_meta())
+def partition_state(store: LogDirectory, log: Log, checkpoints: dict[TopicPartition, int]) -> PartitionState:
+    """The planner's view of ``log`` with its cleaner checkpoint (:func:`compactlog.partition_view.planner_state`)."""
+    return planner_state(log, store.topic_config(log.topic), checkpoints.get((log.topic, log.partition)))
 
 
-def partition_state(store: Store, log: Log, checkpoints: dict[TopicPartition, int]) -> PartitionState:
-    segments = segment_stats(log)
-    config = store.topic_config(log.topic)
-    return PartitionState(
-        topic=log.topic, partition=log.partition, segments=segments,
-        log_start_offset=segments[0].base_offset, log_end_offset=segments[-1].next_offset,
-        last_stable_offset=last_stable_offset(store, log, segments[-1].next_offset),
-        checkpoint=checkpoints.get((log.topic, log.partition)),
-        # No uncleanable_reason: compactlog retries uncleanable partitions on every pass (Kafka needs a
-        # restart), so the planner never skips them for it.
-        policy=CleaningPolicy.from_topic_config(config))
-
-
-def last_stable_offset(store: Store, log: Log, log_end_offset: int) -> int:
-    """The first offset of the oldest open transaction, else the log end: nothing at or past it is cleaned."""
-    return min(log.last_stable_offset, log_end_offset)
-
-
-def _compacted_logs(store: Store, topic: str | None, partition: int | None) -> Iterator[Log]:
+def _compacted_logs(store: LogDirectory, topic: str | None, partition: int | None) -> Iterator[Log]:
     for name in [topic] if topic is not None else store.topics():
         if not store.topic_config(name).compact and topic is None:
             continue
@@ -163,7 +159,7 @@ def cleaner_lock(log: Log) -> Iterator[bool]:
         os.close(fd)
 
 
-def clean(store: Store, force: bool = False, topic: str | None = None, partition: int | None = None,
+def clean(store: LogDirectory, force: bool = False, topic: str | None = None, partition: int | None = None,
           executor: Any = None, hook: SwapHook | None = None) -> CleanReport:
     """One cleaner pass (see the module docstring)."""
     report = CleanReport()
@@ -218,7 +214,7 @@ def clean(store: Store, force: bool = False, topic: str | None = None, partition
         state.last_stats = stats
     for log in logs:
         if store.topic_config(log.topic).compact and (log.topic, log.partition) not in state.uncleanable:
-            freed = apply_retention(store, log)
+            freed = apply_retention(log, store.topic_config(log.topic), store.clock())
             if freed:
                 report.retention_bytes_removed[(log.topic, log.partition)] = freed
     return report
@@ -230,7 +226,7 @@ def dedupe_buffer_share(dedupe_buffer_size: int, threads: int) -> int:
     return dedupe_buffer_size // threads
 
 
-def make_task(store: Store, log: Log, ltc: LogToClean, now: int) -> tuple[CleanTask, dict[int, int]]:
+def make_task(store: LogDirectory, log: Log, ltc: LogToClean, now: int) -> tuple[CleanTask, dict[int, int]]:
     config = store.topic_config(log.topic)
     broker = store.broker
     sealed = [s for s in log.sealed_segments() if s.base_offset < ltc.first_uncleanable_offset]
@@ -288,7 +284,7 @@ def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, 
         return mapped, results
 
 
-def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,
+def run_rounds(store: LogDirectory, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,
                hook: SwapHook | None) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
     """The rounds of the chosen partitions (their cleaner locks held): in process ``log.cleaner.threads`` at a
     time, or on Spark all at once (:func:`compactlog.spark.executor.run_many_on_spark`); each is then swapped
@@ -332,7 +328,7 @@ def run_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, exe
             yield ltc, e
 
 
-def _concurrent_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: int, hook: SwapHook | None,
+def _concurrent_rounds(store: LogDirectory, chosen: list[tuple[LogToClean, Log]], now: int, hook: SwapHook | None,
                        ) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
     """In process, ``log.cleaner.threads`` rounds at once (Kafka's cleaner threads, each with its share of the
     dedupe buffer): the kernels run on a thread pool, the calling thread swaps each round in and checkpoints
@@ -370,7 +366,7 @@ def _concurrent_rounds(store: Store, chosen: list[tuple[LogToClean, Log]], now: 
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, results: list[GroupResult],
+def commit_round(store: LogDirectory, log: Log, ltc: LogToClean, mapped: MapResult, results: list[GroupResult],
                  inodes: dict[int, int], started: float, hook: SwapHook | None) -> PartitionCleanReport:
     """Install a round's cleaned groups (the swap), then advance the checkpoint."""
     if mapped.end_offset <= ltc.first_dirty_offset and not results:
@@ -396,44 +392,7 @@ def commit_round(store: Store, log: Log, ltc: LogToClean, mapped: MapResult, res
         groups=len(results))
 
 
-def apply_retention(store: Store, log: Log) -> int:
-    """Delete whole segments by the retention rule (:func:`.plan.retention_deletable`)."""
-    config = store.topic_config(log.topic)
-    now = store.clock()
-    if config.delete and config.retention_ms >= 0:
-        active = log.active
-        if active.record_count and active.max_timestamp >= 0 and now - active.max_timestamp > config.retention_ms:
-            log.roll()  # Kafka rolls first when every segment, the active one included, has expired
-    state = partition_state(store, log, {})
-    plan = retention_deletable(state, now)
-    if not plan.segments:
-        return 0
-    return log.delete_segments([s.base_offset for s in plan.segments], config.file_delete_delay_ms)
-
-
-def describe_partition(store: Store, log: Log) -> PartitionInfo:
-    from ..store import PartitionInfo, SegmentInfo
-
-    metas = log.segments_meta()
-    segments = [SegmentInfo(m.base_offset, m.size_bytes, m.record_count, m.max_timestamp, m.active) for m in metas]
-    state = partition_state(store, log, store.checkpoint.read())
-    info: dict[str, Any] = {}
-    if state.policy.compact:
-        ltc = log_to_clean(state, store.clock())
-        info = {
-            "first_dirty_offset": ltc.first_dirty_offset,
-            "first_uncleanable_offset": max(ltc.first_uncleanable_offset, ltc.first_dirty_offset),
-            "dirty_ratio": ltc.cleanable_ratio,
-            "max_compaction_delay_ms": ltc.max_compaction_delay_ms,
-        }
-    return PartitionInfo(
-        partition=log.partition, log_start_offset=state.log_start_offset, log_end_offset=state.log_end_offset,
-        size_bytes=sum(m.size_bytes for m in metas), segments=segments,
-        uncleanable_reason=store.cleaner_state.uncleanable.get((log.topic, log.partition)),
-        last_stable_offset=state.last_stable_offset, **info)
-
-
-def cleaner_metrics(store: Store) -> dict[str, int | float]:
+def cleaner_metrics(store: LogDirectory) -> dict[str, int | float]:
     state = store.cleaner_state
     return metrics_from_stats(state.last_stats, state.max_dirty_ratio, state.max_compaction_delay_ms,
                               state.uncleanable_bytes, store.clock(), state.last_run_ms)

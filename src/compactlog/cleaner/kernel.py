@@ -37,7 +37,8 @@ import pyarrow.parquet as pq
 from ..columns import from_numpy, is_null, to_numpy
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
-from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, SegmentWriter, read_parquet, segment_name
+from ..sealed_segment import SegmentWriter, read_parquet
+from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, segment_name
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 

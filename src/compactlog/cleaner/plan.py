@@ -3,8 +3,8 @@
 It owns the decisions Kafka's ``LogCleanerManager`` and ``UnifiedLog`` make before any record is read: the
 dirty range and ratio of a partition (:func:`cleanable_offsets`, :func:`log_to_clean`), which partitions are
 due and why the others are not (:func:`select_logs`), how a round's segments are packed into cleaned segments
-(:func:`group_segments_by_size`), active-segment rolls (:func:`should_roll`, :func:`idle_roll_due`), which old
-segments retention removes (:func:`retention_deletable`) and the cleaner gauges (:func:`cleaner_metrics`).
+(:func:`group_segments_by_size`), active-segment rolls (:func:`should_roll`, :func:`idle_roll_due`) and
+which old segments retention removes (:func:`retention_deletable`). The gauges are :mod:`.metrics`'.
 
 Nothing here does I/O or reads a clock: ``now_ms`` is always passed in. Offsets and sizes are Python ints, so
 Kafka's ``Long`` arithmetic is computed exactly (no overflow).
@@ -15,13 +15,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Java Int.MaxValue: a cleaned segment's offsets must be representable relative to its base offset.
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1  # Java Long.MaxValue, the default max.compaction.lag.ms
+from ..limits import INT_MAX, LONG_MAX
 
 LIMIT_ACTIVE = "active segment"
 LIMIT_LSO = "last stable offset"
@@ -351,6 +349,7 @@ def group_segments_by_size(
             nxt = segments[i]
             estimated_last = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
             fits = group_bytes + nxt.size_bytes <= max_size
+            # A cleaned segment's offsets must be representable relative to its base offset (a Java int).
             in_range = nxt.size_bytes == 0 or estimated_last - group[0].base_offset <= INT_MAX
             if not (fits and in_range):
                 break
@@ -453,52 +452,3 @@ def retention_deletable(state: PartitionState, now_ms: int) -> RetentionPlan:
         reason[seg.base_offset] = why
     new_start = max(state.log_start_offset, deleted[-1].next_offset) if deleted else state.log_start_offset
     return RetentionPlan(tuple(deleted), new_start, reason)
-
-
-# --- Metrics ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CleanerStats:
-    """Statistics of one completed cleaning round (Kafka's ``CleanerStats``, the fields the gauges need)."""
-
-    records_read: int = 0
-    records_written: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    invalid_records: int = 0  # keyless records dropped
-    map_utilization: float = 0.0  # offset-map entries / slots, 0..1
-    start_ms: int = 0
-    end_ms: int = 0
-
-    @property
-    def elapsed_ms(self) -> int:
-        return self.end_ms - self.start_ms
-
-
-def cleaner_metrics(
-    last_stats: Sequence[CleanerStats],
-    selection_max_dirty_ratio: float,
-    selection_max_delay_ms: int,
-    uncleanable: Mapping[TopicPartition, int],
-    now_ms: int,
-    last_run_ms: int | None,
-) -> dict[str, int | float]:
-    """Kafka's cleaner gauges (§5) from each worker's last completed round and the last selection.
-
-    ``uncleanable`` maps each uncleanable partition to its stuck cleanable bytes.
-    ``max-buffer-utilization-percent`` is the real percentage (Kafka before KAFKA-18597 truncated the ratio to
-    an int first and read 0); like the Scala ``maxOverCleanerThreads``, maxima fold from 0.
-    """
-    read = sum(s.bytes_read for s in last_stats)
-    written = sum(s.bytes_written for s in last_stats)
-    return {
-        "max-dirty-percent": int(100 * selection_max_dirty_ratio),
-        "max-compaction-delay-secs": max(selection_max_delay_ms, 0) // 1000,
-        "cleaner-recopy-percent": int(100 * (written / max(read, 1))),
-        "max-buffer-utilization-percent": int(max([0.0, *(s.map_utilization for s in last_stats)]) * 100),
-        "max-clean-time-secs": max([0, *(s.elapsed_ms // 1000 for s in last_stats)]),
-        "time-since-last-run-ms": now_ms - last_run_ms if last_run_ms is not None else 0,
-        "uncleanable-partitions-count": len(uncleanable),
-        "uncleanable-bytes": sum(uncleanable.values()),
-    }

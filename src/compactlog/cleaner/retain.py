@@ -38,9 +38,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..limits import LONG_MAX
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
-
-_LONG_MAX = 2**63 - 1  # the horizon column is int64
 
 
 class RetainDecision(enum.Enum):
@@ -164,4 +163,4 @@ def stamp_delete_horizon(current_horizon: int, now_ms: int, delete_retention_ms:
     """
     if current_horizon != NO_DELETE_HORIZON:
         return current_horizon
-    return min(now_ms + delete_retention_ms, _LONG_MAX)
+    return min(now_ms + delete_retention_ms, LONG_MAX)  # the horizon column is int64

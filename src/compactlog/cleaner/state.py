@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from .plan import CleanerStats
+from .metrics import CleanerStats
 
 TopicPartition = tuple[str, int]
 

@@ -28,19 +28,11 @@ from __future__ import annotations
 import itertools
 import os
 
+from ..active_segment import ActiveSegment
 from ..errors import CorruptSegmentError, ReadOnlyStoreError
 from ..producer_state import AbortedTxn
-from ..segment import (
-    ACTIVE_SUFFIX,
-    DELETED_SUFFIX,
-    SEALED_SUFFIX,
-    SEALING_SUFFIX,
-    ActiveSegment,
-    SealedSegment,
-    offset_from_name,
-    segment_name,
-    write_sealed,
-)
+from ..sealed_segment import SealedSegment, write_sealed
+from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SEALED_SUFFIX, SEALING_SUFFIX, offset_from_name, segment_name
 from . import swap
 from .directory import fsync_dir, is_live_sealed, live_segments, segment_names
 from .producers import SNAPSHOT_TMP_SUFFIX, aborted_in

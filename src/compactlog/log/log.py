@@ -30,24 +30,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns
 from ..cleaner.plan import SegmentStats, idle_roll_due
 from ..columns import from_numpy, repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..faults import fault_point
 from ..frame_plan import plan_frames, row_sizes
-from ..producer_state import INT32_MAX, AbortedTxn
+from ..limits import INT_MAX
+from ..producer_state import AbortedTxn
 from ..record import NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
-from ..segment import (
-    ACTIVE_SUFFIX,
-    DELETED_SUFFIX,
-    ActiveSegment,
-    SealedSegment,
-    SegmentMeta,
-    encode_stored,
-    omitted_columns,
-    segment_name,
-    stored_columns,
-)
+from ..sealed_segment import SealedSegment
+from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
 from .directory import fsync_dir, live_segments
 from .producers import PRODUCER_COLUMNS, LogProducerState
@@ -266,12 +259,12 @@ class Log:
         """Append an idempotent producer's batch: ``(first_offset, append_time, duplicate)``. A retried
         batch (same producer, epoch and sequences) is not appended again: its original offsets come back."""
         n = rows.num_rows
-        last_sequence = (base_sequence + n - 1) % (INT32_MAX + 1)
+        last_sequence = (base_sequence + n - 1) % (INT_MAX + 1)
         with self.locked():
             duplicate = self._producers.manager.check_batch(producer_id, epoch, base_sequence, last_sequence)
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
-            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT32_MAX + 1)
+            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)
             for name, values in (("producer_id", repeat(producer_id, pa.int64(), n)),
                                  ("producer_epoch", repeat(epoch, pa.int16(), n)),
                                  ("sequence", from_numpy(sequences.astype(np.int32))),

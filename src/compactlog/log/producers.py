@@ -24,11 +24,12 @@ from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
+from ..active_segment import ActiveSegment
 from ..columns import to_numpy
 from ..faults import fault_point
 from ..producer_state import AbortedTxn, ProducerStateManager
 from ..record import CONTROL_ABORT
-from ..segment import ActiveSegment, is_segment_name, offset_from_name, segment_name
+from ..segment import is_segment_name, offset_from_name, segment_name
 
 # The columns producer state is rebuilt from.
 PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",

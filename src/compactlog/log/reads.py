@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from ..active_segment import ActiveSegment
 from ..columns import from_numpy, to_numpy
 from ..errors import CorruptSegmentError, OffsetOutOfRangeError
 from ..record import CONTROL_NONE
-from ..segment import ActiveSegment, SealedSegment
+from ..sealed_segment import SealedSegment
 
 READ_RETRIES = 5
 # The columns offset_for_time reads.

@@ -30,7 +30,8 @@ from typing import Protocol
 
 from ..errors import CleanerError
 from ..faults import fault_point
-from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX, SealedSegment, offset_from_name
+from ..sealed_segment import SealedSegment
+from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX, offset_from_name
 from .directory import fsync_dir, is_live_sealed, segment_names
 
 SwapHook = Callable[[str], None]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError, UnknownTopicOrPartitionError
 from ..segment import SegmentMeta
-from ..store import TOPICS_DIR, Store, open_store
+from ..store import ISOLATION_LEVELS, TOPICS_DIR, Store, open_store
 
 __all__ = [
     "EARLIEST",
@@ -36,7 +36,6 @@ EARLIEST = -2
 LATEST = -1
 
 MODES = ("log", "latest")
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 # A log read's range is cut at segment boundaries into pieces of about this many bytes, one Spark task each
 # (the role of spark.sql.files.maxPartitionBytes for files). minPartitions lowers it.

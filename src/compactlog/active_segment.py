@@ -1,0 +1,356 @@
+"""The active segment: ``<base>.log``, one append-only file of checksummed Arrow IPC frames.
+
+A frame is a 52-byte header (little-endian ``magic "CLB2", payload length u32, crc32 u32, omitted-columns
+mask u16, reserved u16 (0), row count u32, base offset i64, last offset i64, first timestamp i64, max
+timestamp i64``) followed by the payload, one Arrow IPC record-batch message holding the columns of
+:data:`compactlog.record.SCHEMA` whose bit is clear in the mask. A set bit ``i`` means column ``i`` holds its
+default in every row (:data:`OMITTABLE_DEFAULTS`: no headers, no producer id, no epoch, no sequence, not
+transactional, a data record, no delete horizon), so it is not stored: ordinary records then cost little
+more than their offset, timestamp, key and value. The CRC covers the header after the CRC field and the
+payload. A frame is valid only if it is whole, its CRC matches and its offsets continue the previous
+frame's; recovery (:meth:`ActiveSegment.scan`) truncates the file at the first invalid frame (Kafka's
+torn-tail recovery). Frames of the first format (``magic "CLB1"``, a 44-byte header without the mask, the
+reserved field and the row count; every column stored) are still read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .columns import to_numpy
+from .errors import CorruptSegmentError
+from .record import (
+    CONTROL_NONE,
+    NO_DELETE_HORIZON,
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    SCHEMA,
+    constant_column,
+)
+from .segment import SegmentMeta
+
+FRAME_MAGIC = b"CLB2"
+_FRAME_HEADER = struct.Struct("<4sIIHHIqqqq")
+FRAME_HEADER_SIZE = _FRAME_HEADER.size
+# The first frame format (every column stored, no row count): still read, never written.
+LEGACY_FRAME_MAGIC = b"CLB1"
+_LEGACY_HEADER = struct.Struct("<4sIIqqqq")
+_CRC_START = 12  # the CRC covers the header from here on, then the payload
+
+# Columns a frame leaves out when every row holds the default (index in SCHEMA -> default; None = null).
+OMITTABLE_DEFAULTS: dict[int, object] = {
+    SCHEMA.get_field_index("headers"): None,
+    SCHEMA.get_field_index("producer_id"): NO_PRODUCER_ID,
+    SCHEMA.get_field_index("producer_epoch"): NO_EPOCH,
+    SCHEMA.get_field_index("sequence"): NO_SEQUENCE,
+    SCHEMA.get_field_index("is_transactional"): False,
+    SCHEMA.get_field_index("control_type"): CONTROL_NONE,
+    SCHEMA.get_field_index("delete_horizon_ms"): NO_DELETE_HORIZON,
+}
+_CONTROL_BIT = 1 << SCHEMA.get_field_index("control_type")
+_ALL_COLUMNS = (1 << len(SCHEMA)) - 1
+_stored_schemas: dict[int, tuple[pa.Schema, list[int]]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class FrameInfo:
+    """Where one frame of the active segment lies and what it holds."""
+
+    position: int
+    size: int  # header + payload
+    base_offset: int
+    last_offset: int
+    first_timestamp: int
+    max_timestamp: int
+    omitted: int = 0  # the mask of columns not stored (their defaults)
+    rows: int = 0
+    header_size: int = FRAME_HEADER_SIZE  # 44 for a legacy "CLB1" frame
+
+
+def _holds_only(column: pa.Array | pa.ChunkedArray, default: object) -> bool:
+    """Whether every row of ``column`` is ``default`` (None: null)."""
+    if default is None:
+        return column.null_count == len(column)
+    if column.null_count:
+        return False
+    if isinstance(column, pa.ChunkedArray):
+        return all(_holds_only(chunk, default) for chunk in column.chunks)
+    if isinstance(default, bool):
+        return column.true_count == (len(column) if default else 0)
+    values = to_numpy(column)
+    return not len(values) or bool(values.min() == default == values.max())
+
+
+def omitted_columns(rows: pa.Table | pa.RecordBatch) -> int:
+    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row."""
+    omitted = 0
+    for index, default in OMITTABLE_DEFAULTS.items():
+        if _holds_only(rows.column(index), default):
+            omitted |= 1 << index
+    return omitted
+
+
+def stored_columns(omitted: int) -> tuple[pa.Schema, list[int]]:
+    """The schema of a payload with the ``omitted`` columns left out, and the SCHEMA indexes it keeps."""
+    cached = _stored_schemas.get(omitted)
+    if cached is None:
+        kept = [i for i in range(len(SCHEMA)) if not omitted >> i & 1]
+        cached = _stored_schemas[omitted] = (pa.schema([SCHEMA.field(i) for i in kept]), kept)
+    return cached
+
+
+# Bytes a stored column takes per row in a frame beyond its variable-length data (an upper bound:
+# validity bits are counted as a byte). Indexed like SCHEMA.
+_ROW_BYTES = (8, 8, 5, 5, 5, 8, 2, 4, 1, 1, 8)
+
+
+def frame_row_bytes(omitted: int) -> int:
+    """Fixed bytes one row costs in a frame that leaves out the ``omitted`` columns."""
+    return sum(_ROW_BYTES[i] for i in stored_columns(omitted)[1])
+
+
+def frame_parts(batch: pa.RecordBatch, omitted: int | None = None) -> tuple[bytes, pa.Buffer]:
+    """The header and the payload of one frame for ``batch`` (offsets and timestamps assigned, in SCHEMA).
+    ``omitted`` (default: every column holding only its default) must only name such columns."""
+    if omitted is None:
+        omitted = omitted_columns(batch)
+    return encode_stored(batch.select(stored_columns(omitted)[1]) if omitted else batch, omitted)
+
+
+def encode_stored(stored: pa.RecordBatch, omitted: int) -> tuple[bytes, pa.Buffer]:
+    """The header and the payload of one frame from a batch of the stored columns only (in the schema
+    :func:`stored_columns` gives for ``omitted``). Written one after the other, the payload is never
+    copied into a joined ``bytes``."""
+    payload = stored.serialize()
+    offsets = to_numpy(stored.column(0))
+    timestamps = to_numpy(stored.column(1))
+    rest = struct.pack("<HHIqqqq", omitted, 0, stored.num_rows, offsets[0], offsets[-1], timestamps[0],
+                       timestamps.max())
+    crc = zlib.crc32(payload, zlib.crc32(rest))
+    return FRAME_MAGIC + struct.pack("<II", payload.size, crc) + rest, payload
+
+
+def encode_frame(batch: pa.RecordBatch) -> bytes:
+    """One whole frame for ``batch`` as bytes (see :func:`frame_parts`)."""
+    header, payload = frame_parts(batch)
+    return header + payload.to_pybytes()
+
+
+def decode_payload(payload: pa.Buffer | bytes, omitted: int) -> pa.RecordBatch:
+    """A frame's payload as a batch in SCHEMA, its omitted columns filled in with their defaults."""
+    stored_schema, kept = stored_columns(omitted)
+    batch = pa.ipc.read_record_batch(pa.py_buffer(payload) if isinstance(payload, bytes) else payload,
+                                     stored_schema)
+    if not omitted:
+        return batch
+    n = batch.num_rows
+    columns = dict(zip(kept, batch.columns, strict=True))
+    arrays = [columns[i] if i in columns else constant_column(OMITTABLE_DEFAULTS[i], SCHEMA.field(i).type, n)
+              for i in range(len(SCHEMA))]
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+class ActiveSegment:
+    """The active segment: frames appended at the end, scanned and verified on open."""
+
+    def __init__(self, path: str, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.frames: list[FrameInfo] = []
+        self._last_offsets: list[int] = []
+        self.size = 0
+        self.record_count = 0
+        self.control_count = 0
+        self.max_timestamp = -1
+        self._inode = -1
+
+    @classmethod
+    def create(cls, path: str, base_offset: int) -> ActiveSegment:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        segment = cls(path, base_offset)
+        segment._inode = os.stat(path).st_ino
+        return segment
+
+    @classmethod
+    def open(cls, path: str, base_offset: int, truncate: bool) -> tuple[ActiveSegment, int]:
+        """Open and verify; with ``truncate`` (caller holds the partition lock) cut a torn or corrupt tail.
+        Returns the segment and the number of bytes found invalid at the tail."""
+        segment = cls(path, base_offset)
+        invalid = segment.scan(truncate=truncate)
+        return segment, invalid
+
+    @property
+    def next_offset(self) -> int:
+        return self._last_offsets[-1] + 1 if self._last_offsets else self.base_offset
+
+    @property
+    def first_timestamp(self) -> int:
+        return self.frames[0].first_timestamp if self.frames else -1
+
+    def meta(self) -> SegmentMeta:
+        return SegmentMeta(self.base_offset, self.next_offset, self.size, self.record_count,
+                           self.control_count, self.first_timestamp, self.max_timestamp, True)
+
+    def changed_on_disk(self) -> bool:
+        """True when the file is not the one this object describes (rolled away) or has grown."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return stat.st_ino != self._inode or stat.st_size != self.size
+
+    def growth_on_disk(self) -> int | None:
+        """The bytes appended to the file since this object last saw it; None when the file is gone,
+        replaced by another or shorter (then this object no longer describes it)."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        if stat.st_ino != self._inode or stat.st_size < self.size:
+            return None
+        return stat.st_size - self.size
+
+    def scan(self, truncate: bool) -> int:
+        """Read frames after the known end; verify each. Returns the count of invalid tail bytes."""
+        with open(self.path, "rb") as f:
+            self._inode = os.fstat(f.fileno()).st_ino
+            file_size = os.fstat(f.fileno()).st_size
+            f.seek(self.size)
+            position = self.size
+            while position + _LEGACY_HEADER.size <= file_size:
+                header = f.read(FRAME_HEADER_SIZE)
+                if header[:4] == LEGACY_FRAME_MAGIC:  # written before columns could be omitted
+                    header = header[:_LEGACY_HEADER.size]
+                    _, length, crc, base, last, first_ts, max_ts = _LEGACY_HEADER.unpack(header)
+                    omitted, reserved, rows = 0, 0, 1
+                elif len(header) == FRAME_HEADER_SIZE:
+                    (magic, length, crc, omitted, reserved, rows, base, last, first_ts,
+                     max_ts) = _FRAME_HEADER.unpack(header)
+                    if magic != FRAME_MAGIC:
+                        if position == 0 and magic.strip(b"\0"):
+                            # Not a torn write (those are a prefix of a frame, or zeros): a file of another
+                            # format. Truncating it would drop every record it holds.
+                            raise CorruptSegmentError(
+                                f"{self.path}: unknown frame format (magic {magic!r}); not truncating it")
+                        break
+                else:
+                    break
+                end = position + len(header) + length
+                if end > file_size or base != self.next_offset or last < base or rows < 1 or reserved \
+                        or omitted & ~_ALL_COLUMNS:
+                    break
+                f.seek(position + len(header))
+                payload = f.read(length)
+                if zlib.crc32(payload, zlib.crc32(header[_CRC_START:])) != crc:
+                    break
+                # Markers are counted from the payload; a frame without the control column has none.
+                batch = None if omitted & _CONTROL_BIT else decode_payload(payload, omitted)
+                if len(header) != FRAME_HEADER_SIZE:
+                    assert batch is not None
+                    rows = batch.num_rows
+                frame = FrameInfo(position, end - position, base, last, first_ts, max_ts, omitted, rows,
+                                  len(header))
+                self._add_frame(frame, batch)
+                position = end
+        invalid = file_size - self.size
+        if invalid and truncate:
+            with open(self.path, "r+b") as f:
+                f.truncate(self.size)
+                os.fsync(f.fileno())
+        return invalid
+
+    def _add_frame(self, frame: FrameInfo, batch: pa.RecordBatch | None) -> None:
+        """Account for a frame; ``batch`` (its rows) is needed only when the frame stores control types."""
+        self.frames.append(frame)
+        self._last_offsets.append(frame.last_offset)
+        self.size = frame.position + frame.size
+        self.record_count += frame.rows
+        if batch is not None and not frame.omitted & _CONTROL_BIT:
+            controls = to_numpy(batch.column(batch.schema.get_field_index("control_type")))
+            self.control_count += int(np.count_nonzero(controls != CONTROL_NONE))
+        self.max_timestamp = max(self.max_timestamp, frame.max_timestamp)
+
+    def append(self, batch: pa.RecordBatch) -> None:
+        """Append one frame. Not durable until :meth:`flush`. The caller holds the partition lock."""
+        header, payload = frame_parts(batch)
+        self.append_encoded(header, payload, batch)
+
+    def append_encoded(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None) -> None:
+        """Append a frame encoded by :func:`encode_stored`; ``batch`` holds its rows (stored columns at
+        least), needed only when the frame stores control types. The caller holds the partition lock."""
+        _, _, _, omitted, _, rows, base, last, first_ts, max_ts = _FRAME_HEADER.unpack(header)
+        if base != self.next_offset:
+            raise CorruptSegmentError(
+                f"{self.path}: a frame at offset {base} cannot follow {self.next_offset}")
+        with open(self.path, "ab") as f:
+            position = f.tell()
+            if position != self.size:  # another writer's bytes we have not scanned: a caller bug
+                raise CorruptSegmentError(f"{self.path}: expected end {self.size}, found {position}")
+            f.write(header)
+            f.write(memoryview(payload))
+        frame = FrameInfo(position, len(header) + payload.size, base, last, first_ts, max_ts, omitted, rows)
+        self._add_frame(frame, batch)
+
+    def flush(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Batches holding offsets in ``[start_offset, end_offset)``, sliced to that range."""
+        first = bisect.bisect_left(self._last_offsets, start_offset)
+        frames = self.frames[first:]
+        if not frames:
+            return
+        with open(self.path, "rb") as f:
+            for frame in frames:
+                if end_offset is not None and frame.base_offset >= end_offset:
+                    break
+                payload = _read_payload(f.fileno(), frame)
+                yield _slice_batch(decode_payload(payload, frame.omitted), start_offset, end_offset)
+
+    def frames_from_time(self, timestamp_ms: int) -> list[FrameInfo]:
+        return [frame for frame in self.frames if frame.max_timestamp >= timestamp_ms]
+
+    def read_frame(self, frame: FrameInfo) -> pa.RecordBatch:
+        with open(self.path, "rb") as f:
+            payload = _read_payload(f.fileno(), frame)
+        return decode_payload(payload, frame.omitted)
+
+    def to_table(self) -> pa.Table:
+        batches = list(self.read_batches(self.base_offset))
+        return pa.Table.from_batches(batches, SCHEMA) if batches else SCHEMA.empty_table()
+
+
+def _read_payload(fd: int, frame: FrameInfo) -> bytes:
+    return os.pread(fd, frame.size - frame.header_size, frame.position + frame.header_size)
+
+
+def _slice_batch(batch: pa.RecordBatch, start_offset: int, end_offset: int | None) -> pa.RecordBatch:
+    offsets = batch.column(0)
+    lo = 0
+    hi = batch.num_rows
+    if offsets[0].as_py() < start_offset:
+        lo = int(_search_sorted(offsets, start_offset))
+    if end_offset is not None and offsets[-1].as_py() >= end_offset:
+        hi = int(_search_sorted(offsets, end_offset))
+    return batch.slice(lo, hi - lo) if (lo, hi) != (0, batch.num_rows) else batch
+
+
+def _search_sorted(offsets: pa.Array, value: int) -> int:
+    return int(np.searchsorted(to_numpy(offsets), value, side="left"))

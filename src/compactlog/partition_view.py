@@ -1,0 +1,83 @@
+"""One partition's log seen from outside it: as the planner's values and as ``describe`` reports it.
+
+:func:`planner_state` reads a log's segment list into the frozen :class:`~compactlog.cleaner.plan.PartitionState`
+the pure planning functions take (the cleaner's selection, retention, ``describe``). :class:`PartitionInfo`
+and :class:`SegmentInfo` are what :meth:`compactlog.Store.describe` returns; :func:`describe_partition` fills
+them in from the log, its topic config, the cleaner checkpoint and the planner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .cleaner.plan import CleaningPolicy, PartitionState, SegmentStats, log_to_clean
+
+if TYPE_CHECKING:
+    from .config import TopicConfig
+    from .log import Log
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    base_offset: int
+    size_bytes: int
+    record_count: int
+    max_timestamp: int
+    active: bool
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as ``describe`` reports it, with the cleaner's view of it."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size_bytes: int
+    segments: list[SegmentInfo]
+    first_dirty_offset: int | None = None
+    first_uncleanable_offset: int | None = None
+    dirty_ratio: float = 0.0
+    uncleanable_reason: str | None = None
+    max_compaction_delay_ms: int = 0
+    last_stable_offset: int | None = None
+
+
+def segment_stats(log: Log) -> tuple[SegmentStats, ...]:
+    return tuple(SegmentStats(m.base_offset, m.next_offset, m.size_bytes, m.record_count, m.max_timestamp,
+                              m.first_timestamp, m.active) for m in log.segments_meta())
+
+
+def planner_state(log: Log, config: TopicConfig, checkpoint: int | None) -> PartitionState:
+    """The planner's view of ``log``: its segments, offsets, cleaner checkpoint and cleaning policy."""
+    segments = segment_stats(log)
+    return PartitionState(
+        topic=log.topic, partition=log.partition, segments=segments,
+        log_start_offset=segments[0].base_offset, log_end_offset=segments[-1].next_offset,
+        # The first offset of the oldest open transaction, else the log end: nothing at or past it is cleaned.
+        last_stable_offset=min(log.last_stable_offset, segments[-1].next_offset),
+        checkpoint=checkpoint,
+        # No uncleanable_reason: compactlog retries uncleanable partitions on every pass (Kafka needs a
+        # restart), so the planner never skips them for it.
+        policy=CleaningPolicy.from_topic_config(config))
+
+
+def describe_partition(log: Log, config: TopicConfig, checkpoint: int | None, now_ms: int,
+                       uncleanable_reason: str | None) -> PartitionInfo:
+    metas = log.segments_meta()
+    segments = [SegmentInfo(m.base_offset, m.size_bytes, m.record_count, m.max_timestamp, m.active) for m in metas]
+    state = planner_state(log, config, checkpoint)
+    info: dict[str, Any] = {}
+    if state.policy.compact:
+        ltc = log_to_clean(state, now_ms)
+        info = {
+            "first_dirty_offset": ltc.first_dirty_offset,
+            "first_uncleanable_offset": max(ltc.first_uncleanable_offset, ltc.first_dirty_offset),
+            "dirty_ratio": ltc.cleanable_ratio,
+            "max_compaction_delay_ms": ltc.max_compaction_delay_ms,
+        }
+    return PartitionInfo(
+        partition=log.partition, log_start_offset=state.log_start_offset, log_end_offset=state.log_end_offset,
+        size_bytes=sum(m.size_bytes for m in metas), segments=segments, uncleanable_reason=uncleanable_reason,
+        last_stable_offset=state.last_stable_offset, **info)

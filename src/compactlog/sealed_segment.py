@@ -1,0 +1,341 @@
+"""Sealed segments: ``<base>.parquet``, a Parquet file written once and replaced whole, never edited.
+
+The footer's key-value metadata records ``compactlog.base_offset``, ``compactlog.next_offset`` (one past
+the range the segment covers), ``compactlog.record_count``, ``compactlog.control_count``,
+``compactlog.first_timestamp`` and ``compactlog.max_timestamp``, and ``compactlog.aborted``, the segment's
+transaction index: a JSON list of ``[producer id, first offset, ABORT marker offset]`` for the aborted
+transactions whose marker lies in the segment (Kafka's ``.txnindex``); rows are in offset order, so row-group
+statistics on ``offset`` and ``timestamp`` let a seek read only the row groups it needs. (The footer lists the
+row groups in offset order; in a file the single-pass cleaner wrote, their bytes lie newest first:
+:mod:`.parquet_footer`.) This module owns the reader (:class:`SealedSegment`), the writer
+(:class:`SegmentWriter`, :func:`write_sealed`) and whole-file reads (:func:`read_parquet`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .columns import from_numpy, to_numpy
+from .errors import CorruptSegmentError
+from .parquet_footer import reverse_row_groups
+from .producer_state import AbortedTxn
+from .record import CONTROL_NONE, SCHEMA
+from .segment import SegmentMeta, fsync_path
+
+# Rows per Parquet row group of a sealed segment (about 8-9 MB decoded with 100-byte values). A row group
+# is the unit the cleaner reads, maps, decides and encodes, and each step holds one, so this sets the
+# cleaner's working memory: 131072 rows took a 5M-record clean to 444 MiB peak RSS, 65536 to 367 MiB, at
+# the same speed within this machine's noise. Any engine reads row groups of this size well (DuckDB writes
+# 122,880 rows).
+ROW_GROUP_ROWS = 65536
+# Parquet writer settings. Statistics only where readers prune by them (offset and timestamp ranges, key
+# lookups by other engines); dictionary pages only for columns that are mostly constant. Offsets, keys and
+# values of a compacted segment are nearly all distinct, so a dictionary there is built only to be dropped.
+STATISTICS_COLUMNS = ["offset", "timestamp", "key"]
+DICTIONARY_COLUMNS = [name for name in SCHEMA.names if name not in ("offset", "key", "value")]
+_META_PREFIX = b"compactlog."
+_ABORTED_KEY = b"compactlog.aborted"  # JSON [[producer id, first offset, marker offset], ...]
+
+
+class SealedSegment:
+    """A sealed Parquet segment. Immutable: replaced whole by the cleaner, never edited."""
+
+    def __init__(self, path: str, meta: SegmentMeta, inode: int) -> None:
+        self.path = path
+        self.meta = meta
+        # The transaction index: aborted transactions whose ABORT marker is in this segment.
+        self.aborted: tuple[AbortedTxn, ...] = ()
+        self.inode = inode
+
+    @property
+    def base_offset(self) -> int:
+        return self.meta.base_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.meta.next_offset
+
+    @classmethod
+    def open(cls, path: str, expected_base: int | None = None) -> SealedSegment:
+        """Open and check the footer against the file name and its own metadata."""
+        try:
+            stat = os.stat(path)
+            meta_data = pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptSegmentError(f"{path}: unreadable Parquet footer: {e}") from e
+        kv = meta_data.metadata or {}
+        try:
+            fields = {k[len(_META_PREFIX):].decode(): int(v)
+                      for k, v in kv.items() if k.startswith(_META_PREFIX) and k != _ABORTED_KEY}
+            aborted = tuple(AbortedTxn(*entry) for entry in json.loads(kv.get(_ABORTED_KEY, b"[]")))
+            meta = SegmentMeta(fields["base_offset"], fields["next_offset"], stat.st_size,
+                               fields["record_count"], fields["control_count"], fields["first_timestamp"],
+                               fields["max_timestamp"], False)
+        except (KeyError, ValueError) as e:
+            raise CorruptSegmentError(f"{path}: missing or malformed compactlog metadata: {e}") from e
+        if expected_base is not None and meta.base_offset != expected_base:
+            raise CorruptSegmentError(f"{path}: footer says base offset {meta.base_offset}")
+        if meta_data.num_rows != meta.record_count or meta.next_offset < meta.base_offset:
+            raise CorruptSegmentError(
+                f"{path}: {meta_data.num_rows} rows but metadata says {meta.record_count}, "
+                f"range [{meta.base_offset}, {meta.next_offset})")
+        if meta.record_count:
+            stats = meta_data.row_group(0).column(0).statistics
+            last_stats = meta_data.row_group(meta_data.num_row_groups - 1).column(0).statistics
+            if stats is not None and last_stats is not None and stats.has_min_max and (
+                    stats.min < meta.base_offset or last_stats.max >= meta.next_offset):
+                raise CorruptSegmentError(f"{path}: offsets outside [{meta.base_offset}, {meta.next_offset})")
+        segment = cls(path, meta, stat.st_ino)
+        segment.aborted = aborted
+        return segment
+
+    def row_groups_for_offsets(self, file: pq.ParquetFile, start: int, end: int | None) -> list[int]:
+        groups = []
+        for i in range(file.metadata.num_row_groups):
+            stats = file.metadata.row_group(i).column(0).statistics
+            overlaps = stats is not None and stats.has_min_max and stats.max >= start and (
+                end is None or stats.min < end)
+            if stats is None or not stats.has_min_max or overlaps:
+                groups.append(i)
+        return groups
+
+    def read_from_time(self, timestamp_ms: int, columns: list[str]) -> Iterator[pa.Table]:
+        """The row groups, in order, whose newest timestamp is at least ``timestamp_ms`` (by the
+        ``timestamp`` column statistics; a group without statistics is read)."""
+        with pq.ParquetFile(self.path) as file:
+            metadata = file.metadata
+            for i in range(metadata.num_row_groups):
+                stats = metadata.row_group(i).column(SCHEMA.get_field_index("timestamp")).statistics
+                if stats is not None and stats.has_min_max and stats.max < timestamp_ms:
+                    continue
+                yield file.read_row_group(i, columns=columns)
+
+    def read(self, start_offset: int | None = None, end_offset: int | None = None,
+             columns: list[str] | None = None) -> pa.Table:
+        """Rows with offsets in ``[start_offset, end_offset)``; the whole segment when both are None."""
+        if (start_offset is None or start_offset <= self.base_offset) and (
+                end_offset is None or end_offset >= self.next_offset):
+            return read_parquet(self.path, columns)
+        start = start_offset if start_offset is not None else self.base_offset
+        read_columns = columns if columns is None or "offset" in columns else ["offset", *columns]
+        with pq.ParquetFile(self.path) as file:
+            groups = self.row_groups_for_offsets(file, start, end_offset)
+            table = file.read_row_groups(groups, columns=read_columns) if groups else (
+                SCHEMA.empty_table().select(read_columns) if read_columns else SCHEMA.empty_table())
+        offsets = to_numpy(table.column("offset"))
+        mask = offsets >= start
+        if end_offset is not None:
+            mask &= offsets < end_offset
+        table = table.filter(from_numpy(mask))
+        return table.select(columns) if columns is not None else table
+
+
+class SegmentWriter:
+    """Streams rows into a new sealed segment at ``path`` (a temporary name the caller renames later).
+    The footer metadata is written by :meth:`close`, which also fsyncs the file."""
+
+    def __init__(self, path: str, base_offset: int, compression: str = "snappy", background: bool = False,
+                 newest_first: bool = False) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.record_count = 0
+        self.control_count = 0
+        self.first_timestamp = -1
+        self.max_timestamp = -1
+        self.bytes_written = 0
+        self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_statistics=STATISTICS_COLUMNS,
+                                        use_dictionary=DICTIONARY_COLUMNS)
+        # Small writes (a cleaner filters row group by row group) are gathered into full row groups.
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        # newest_first=True: each write holds rows older than every earlier write (each in offset order), so
+        # row groups are written newest first and :meth:`close` reverses the footer's list of them
+        # (:func:`.parquet_footer.reverse_row_groups`): the file then reads oldest first, as any segment.
+        self._newest_first = newest_first
+        # background=True encodes and writes each row group on a thread of its own while the caller prepares
+        # the next one (at most one row group in flight).
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="compactlog-write") if background else None
+        self._in_flight: Future[None] | None = None
+
+    def write(self, rows: pa.Table | pa.RecordBatch) -> None:
+        if rows.num_rows == 0:
+            return
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+        if table.schema != SCHEMA:
+            table = table.cast(SCHEMA)
+        timestamps = table.column(1)
+        if self.record_count == 0 or self._newest_first:
+            self.first_timestamp = timestamps[0].as_py()
+        self.max_timestamp = max(self.max_timestamp, int(to_numpy(timestamps).max()))
+        self.control_count += int(np.count_nonzero(to_numpy(table.column(9)) != CONTROL_NONE))
+        self.record_count += table.num_rows
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._write_pending()
+
+    def _write_pending(self, final: bool = False) -> None:
+        if not self._pending:
+            return
+        pending = list(reversed(self._pending)) if self._newest_first else self._pending
+        table = pa.concat_tables(pending) if len(pending) > 1 else pending[0]
+        if not self._newest_first:
+            self._pending, self._pending_rows = [], 0
+            self._encode([table])
+            return
+        # Whole row groups cut from the newest end, newest first; the oldest rows short of a whole row group
+        # wait for older ones (or close).
+        keep = 0 if final else table.num_rows % ROW_GROUP_ROWS
+        self._pending = [table.slice(0, keep)] if keep else []
+        self._pending_rows = keep
+        groups = []
+        end = table.num_rows
+        while end > keep:
+            start = max(keep, end - ROW_GROUP_ROWS)
+            groups.append(table.slice(start, end - start))
+            end = start
+        self._encode(groups)
+
+    def _encode(self, tables: list[pa.Table]) -> None:
+        """Write ``tables`` in order, each a row group (oldest first: split into whole row groups)."""
+
+        def write() -> None:
+            for table in tables:
+                self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            start_writeback(self.path)
+
+        if self._encoder is None:
+            write()
+            return
+        self._wait()
+        self._in_flight = self._encoder.submit(write)
+
+    def _wait(self) -> None:
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()
+
+    def _stop(self) -> None:
+        if self._encoder is not None:
+            try:
+                self._wait()
+            finally:
+                self._encoder.shutdown()
+                self._encoder = None
+
+    def close(self, next_offset: int, aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
+        self._write_pending(final=True)
+        self._stop()
+        metadata = {
+            "base_offset": self.base_offset, "next_offset": next_offset, "record_count": self.record_count,
+            "control_count": self.control_count, "first_timestamp": self.first_timestamp,
+            "max_timestamp": self.max_timestamp,
+        }
+        footer = {f"compactlog.{k}": str(v) for k, v in metadata.items()}
+        footer[_ABORTED_KEY.decode()] = json.dumps(
+            [[a.producer_id, a.first_offset, a.last_offset] for a in sorted(aborted, key=lambda a: a.last_offset)])
+        self._writer.add_key_value_metadata(footer)
+        self._writer.close()
+        if self._newest_first:
+            reverse_row_groups(self.path)
+        fsync_path(self.path)
+        segment = SealedSegment.open(self.path, self.base_offset)
+        self.bytes_written = segment.meta.size_bytes
+        return segment
+
+    def abort(self) -> None:
+        try:
+            with contextlib.suppress(Exception):
+                self._stop()
+            self._writer.close()
+        finally:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+
+
+def write_sealed(path: str, rows: pa.Table | list[pa.RecordBatch], base_offset: int, next_offset: int,
+                 compression: str = "snappy", aborted: Sequence[AbortedTxn] = ()) -> SealedSegment:
+    """Write a whole sealed segment to ``path`` and fsync it."""
+    writer = SegmentWriter(path, base_offset, compression)
+    try:
+        if isinstance(rows, pa.Table):
+            writer.write(rows)
+        else:
+            for batch in rows:
+                writer.write(batch)
+        return writer.close(next_offset, aborted)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _sync_file_range() -> Any:  # the C function, or None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.sync_file_range
+    except (OSError, AttributeError, TypeError):  # no C library by that name, or no such call in it
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
+_SYNC_FILE_RANGE = _sync_file_range()  # Linux; elsewhere the final fsync does all the writing back
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(path: str) -> None:
+    """Start writing the file's dirty pages to disk, without waiting (Linux's ``sync_file_range``, as
+    RocksDB's ``bytes_per_sync``): a segment written in row groups then reaches the disk while the rest of
+    it is encoded, and its closing fsync waits only for the last row group (measured on a 110 MB cleaned
+    segment: 1-2 ms instead of 50-60 ms at the end of a round). A hint only: durability is still the
+    fsync's; an error here is ignored."""
+    if _SYNC_FILE_RANGE is None:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        finally:
+            os.close(fd)
+
+
+# A whole file is read as this many runs of row groups at once, each by its own reader (a reader decodes
+# its row groups' columns in parallel, not the row groups themselves).
+READ_PARTS = 4
+_readers: ThreadPoolExecutor | None = None
+_readers_lock = threading.Lock()
+
+
+def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file (or its ``columns``), row groups decoded in parallel as ``pq.read_table`` does.
+    Not ``pq.read_table`` itself: it goes through ``pyarrow.dataset``, whose import brings pandas in (see
+    :mod:`compactlog.columns`). Measured on a 5M-record segment: 0.28 s in four runs, 0.35 s in one, 0.26 s
+    ``pq.read_table``."""
+    global _readers
+    with pq.ParquetFile(path) as file:
+        count = file.metadata.num_row_groups
+        if count < 2:
+            return file.read(columns=columns)
+    parts = min(READ_PARTS, count)
+    runs = [list(range(count * i // parts, count * (i + 1) // parts)) for i in range(parts)]
+    with _readers_lock:
+        if _readers is None:
+            _readers = ThreadPoolExecutor(READ_PARTS, thread_name_prefix="compactlog-read")
+
+    def read(groups: list[int]) -> pa.Table:
+        with pq.ParquetFile(path) as file:  # one reader per thread: a reader is not thread-safe
+            return file.read_row_groups(groups, columns=columns)
+
+    return pa.concat_tables(list(_readers.map(read, runs)))
