@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compactlog.cleaner.kernel import PartialMap
 from compactlog.cleaner.offset_map import OffsetMap
 from compactlog.errors import ExecutorError
 from compactlog.spark import executor as spark_executor
 from compactlog.spark.clean_tasks import BroadcastMap, partial_map_from_ipc, partial_map_to_ipc
 from compactlog.spark.executor import pack
+from compactlog.spark.partial_map import PartialMap
 
 
 def test_pack_spreads_small_items_over_every_slot_in_order() -> None:
