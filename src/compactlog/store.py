@@ -424,12 +424,15 @@ class Store:
     def clean(self, force: bool = False, topic: str | None = None, partition: int | None = None,
               executor: Any = None) -> CleanReport:
         """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`).
-        ``executor`` is None (in process) or a SparkSession (see :mod:`compactlog.spark`)."""
+        ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`), or an
+        ``OnDemandExecutor`` (see :mod:`compactlog.executors`)."""
         from .cleaner.cleaner import clean
+        from .executors import cleaner_executor
 
         self.check_writable("clean")
         self.abort_expired_transactions()  # maintenance: no open transaction outlives its timeout
-        return clean(self, force=force, topic=topic, partition=partition, executor=executor)
+        return clean(self, force=force, topic=topic, partition=partition,
+                     executor=cleaner_executor(executor, self.broker.log_cleaner_threads))
 
     def cleaner_metrics(self) -> dict[str, int | float]:
         from .cleaner.cleaner import cleaner_metrics

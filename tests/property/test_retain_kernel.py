@@ -16,9 +16,10 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactlog.cleaner.kernel import CleanTask, rewrite_rows
+from compactlog.cleaner.kernel import CleanTask
 from compactlog.cleaner.offset_map import OffsetMap
 from compactlog.cleaner.retain import NO_DELETE_HORIZON, RetainDecision, clean_record
+from compactlog.cleaner.rewrite import rewrite_rows
 from compactlog.producer_state import AbortedTxn
 from compactlog.record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, SCHEMA
 

@@ -15,6 +15,7 @@ import pytest
 
 import compactlog
 from compactlog.cleaner import cleaner
+from compactlog.cleaner.executor import run_in_process
 from compactlog.cleaner.kernel import CleanTask
 from compactlog.cleaner.plan import log_to_clean
 from compactlog.cleaner.swap import discard
@@ -81,7 +82,7 @@ def test_several_partitions_in_one_pass_match_the_in_process_kernel(store: compa
         mapped, results = outcome
         written = [pq.read_table(r.cleaned_path) for r in results]
         discard(results)
-        reference_map, reference_results = cleaner.run_in_process(task)
+        reference_map, reference_results = run_in_process(task)
         expected = [pq.read_table(r.cleaned_path) for r in reference_results]
         discard(reference_results)
         assert mapped.end_offset == reference_map.end_offset

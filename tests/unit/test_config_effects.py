@@ -18,6 +18,7 @@ import pytest
 
 import compactlog
 from compactlog.cleaner import cleaner as cleaner_module
+from compactlog.cleaner import executor as executor_module
 from compactlog.cli.main import main
 from compactlog.config import BROKER_CONFIGS, PRODUCER_CONFIGS, TOPIC_CONFIGS, describe_configs
 from support import FakeClock
@@ -122,7 +123,7 @@ def watch_rounds(monkeypatch: pytest.MonkeyPatch, meet: int) -> dict[str, Any]:
     seen: dict[str, Any] = {"running": 0, "most": 0, "buffers": [], "capacities": []}
     lock = threading.Lock()
     barrier = threading.Barrier(meet, timeout=30)
-    real = cleaner_module.run_in_process
+    real = executor_module.run_in_process
 
     def watched(task: Any, one_core: bool = False) -> Any:
         with lock:
@@ -139,7 +140,7 @@ def watch_rounds(monkeypatch: pytest.MonkeyPatch, meet: int) -> dict[str, Any]:
             with lock:
                 seen["running"] -= 1
 
-    monkeypatch.setattr(cleaner_module, "run_in_process", watched)
+    monkeypatch.setattr(executor_module, "run_in_process", watched)
     return seen
 
 
@@ -164,14 +165,14 @@ def test_a_failed_round_among_concurrent_ones_costs_only_its_partition(tmp_path:
     store = open_store(tmp_path, FakeClock(), "log.cleaner.threads=2\n")
     for topic in ("a", "b"):
         fill(store, topic, "compact")
-    real = cleaner_module.run_in_process
+    real = executor_module.run_in_process
 
     def failing(task: Any, one_core: bool = False) -> Any:
         if task.topic == "a":
             raise compactlog.CleanerError("disk on fire")
         return real(task, one_core)
 
-    monkeypatch.setattr(cleaner_module, "run_in_process", failing)
+    monkeypatch.setattr(executor_module, "run_in_process", failing)
     report = store.clean(force=True)
     assert [p.topic for p in report.partitions] == ["b"]
     assert report.skipped == {("a", 0): "uncleanable: disk on fire"}

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 import compactlog
-from compactlog.cleaner import cleaner
+from compactlog.cleaner import executor
 from compactlog.cleaner.memory_pool import round_memory_pool
 
 
@@ -41,13 +41,13 @@ def test_a_failed_round_gives_the_pool_back() -> None:
 def test_a_clean_runs_its_round_in_the_jemalloc_pool(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     jemalloc_or_skip()
     seen: list[str] = []
-    real = cleaner.clean_newest_first
+    real = executor.clean_newest_first
 
     def spy(task: Any, one_core: bool = False) -> Any:
         seen.append(pa.default_memory_pool().backend_name)
         return real(task, one_core)
 
-    monkeypatch.setattr(cleaner, "clean_newest_first", spy)
+    monkeypatch.setattr(executor, "clean_newest_first", spy)
     store = compactlog.open(str(tmp_path))
     store.create_topic("t", 1, {"cleanup.policy": "compact"})
     store.append("t", 0, pa.table({"key": [b"a", b"a", b"b"], "value": [b"1", b"2", b"3"]}))

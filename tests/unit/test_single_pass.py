@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import compactlog
 from compactlog import sealed_segment as segment_module
-from compactlog.cleaner import cleaner, single_pass
+from compactlog.cleaner import executor, single_pass
 from support import FakeClock
 
-RUN_IN_PROCESS = cleaner.run_in_process  # the real one (tests replace the module's for a while)
+RUN_IN_PROCESS = executor.run_in_process  # the real one (tests replace the module's for a while)
 KEY = st.sampled_from([b"a", b"b", b"cc", b"ddd", None])
 RECORD = st.tuples(KEY, st.booleans())  # (key, tombstone)
 ROUNDS = st.lists(st.lists(st.lists(RECORD, min_size=1, max_size=12), min_size=1, max_size=3), min_size=1,
@@ -45,7 +45,7 @@ def test_single_pass_keeps_what_two_passes_keep(tmp_path_factory: Any, monkeypat
     """Also with every step of a round on one thread (``one_core``, for rounds side by side on Spark), and
     with row groups and batches of a few rows (cleaned files of many row groups, written newest first).
     ``group_size`` 4: segments of up to 1 MiB, so a group holds several segments and survivors."""
-    monkeypatch.setattr(cleaner, "run_in_process", lambda task: RUN_IN_PROCESS(task, one_core))
+    monkeypatch.setattr(executor, "run_in_process", lambda task: RUN_IN_PROCESS(task, one_core))
     monkeypatch.setattr(segment_module, "ROW_GROUP_ROWS", row_group_rows)
     monkeypatch.setattr(single_pass, "BATCH_ROWS", batch_rows)
     clock = FakeClock(1_000_000)
@@ -70,10 +70,10 @@ def test_single_pass_keeps_what_two_passes_keep(tmp_path_factory: Any, monkeypat
             used.append(task)
             return real(task, one_core)
 
-        monkeypatch.setattr(cleaner, "clean_newest_first", spy)
+        monkeypatch.setattr(executor, "clean_newest_first", spy)
         first = single.clean(force=True)
         assert used, "the single pass was not used"
-        monkeypatch.setattr(cleaner, "clean_newest_first", lambda task, one_core=False: None)
+        monkeypatch.setattr(executor, "clean_newest_first", lambda task, one_core=False: None)
         second = double.clean(force=True)
         assert snapshot(single) == snapshot(double)
         ends = [(p.end_offset, p.records_written, p.invalid_records, p.tombstones_stamped) for p in first.partitions]
@@ -95,7 +95,7 @@ def test_keys_beyond_the_map_fall_back_to_two_passes(tmp_path: Any, monkeypatch:
         outcomes.append(real(task, one_core))
         return outcomes[-1]
 
-    monkeypatch.setattr(cleaner, "clean_newest_first", spy)
+    monkeypatch.setattr(executor, "clean_newest_first", spy)
     while store.clean(force=True).partitions:
         pass
     assert outcomes[0] is None  # gave up: 120 keys do not fit in 2 KiB

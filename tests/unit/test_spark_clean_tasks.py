@@ -16,16 +16,10 @@ import pytest
 
 import compactlog
 from compactlog.cleaner import cleaner
-from compactlog.cleaner.kernel import (
-    CleanTask,
-    build_offset_map,
-    clean_group,
-    groups_to_clean,
-    map_entries,
-    merge_partial_maps,
-    partial_map,
-)
+from compactlog.cleaner.executor import run_in_process
+from compactlog.cleaner.kernel import CleanTask, build_offset_map, groups_to_clean, map_entries
 from compactlog.cleaner.plan import log_to_clean
+from compactlog.cleaner.rewrite import clean_group
 from compactlog.cleaner.swap import discard
 from compactlog.spark.clean_tasks import (
     BinMapItem,
@@ -38,6 +32,7 @@ from compactlog.spark.clean_tasks import (
     TaskFailure,
 )
 from compactlog.spark.executor import merge_bins, split_evenly
+from compactlog.spark.partial_map import merge_partial_maps, partial_map
 
 
 @pytest.fixture
@@ -78,7 +73,7 @@ def test_a_whole_round_is_the_in_process_round(store: compactlog.Store) -> None:
     output = RoundItem(0, task).run({})
     assert isinstance(output, RoundOutput)
     ours = contents(output.results)
-    mapped, results = cleaner.run_in_process(task)
+    mapped, results = run_in_process(task)
     assert (output.mapped.end_offset, output.mapped.offset_map.utilization) == (
         mapped.end_offset, mapped.offset_map.utilization)
     assert [t.equals(e) for t, e in zip(ours, contents(results), strict=True)] == [True] * len(results)

@@ -8,12 +8,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from compactlog.cleaner.kernel import PartialMap
+import compactlog
+from compactlog.cleaner.executor import RoundResult
 from compactlog.cleaner.offset_map import OffsetMap
 from compactlog.errors import ExecutorError
 from compactlog.spark import executor as spark_executor
 from compactlog.spark.clean_tasks import BroadcastMap, partial_map_from_ipc, partial_map_to_ipc
 from compactlog.spark.executor import pack
+from compactlog.spark.partial_map import PartialMap
 
 
 def test_pack_spreads_small_items_over_every_slot_in_order() -> None:
@@ -63,6 +65,20 @@ def test_a_broadcast_offset_map_looks_up_as_the_original() -> None:
 def test_only_a_spark_session_is_an_executor() -> None:
     with pytest.raises(ExecutorError, match="executor must be None"):
         spark_executor.spark_context("local[2]")
+
+
+def test_anything_but_a_session_given_to_store_clean_fails_the_pass(tmp_path: Any) -> None:
+    store = compactlog.open(tmp_path)
+    with pytest.raises(ExecutorError, match="executor must be None"):
+        store.clean(executor="local[2]")
+
+
+def test_the_spark_executor_hands_back_each_partition_s_round_or_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = ExecutorError("t-1: Spark task for the round failed")
+    monkeypatch.setattr(spark_executor, "run_many_on_spark", lambda spark, tasks: [("map of t-0", ["group"]), failed])
+    first, second = spark_executor.SparkExecutor("session").run_rounds(["t-0", "t-1"])  # type: ignore[list-item]
+    assert isinstance(first, RoundResult) and (first.mapped, first.groups) == ("map of t-0", ["group"])
+    assert second is failed
 
 
 def test_speculation_is_refused() -> None:

@@ -22,19 +22,6 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "compactlog"
 MAX_MODULE_LINES = 500
 
-# Issue 15 was split between engineers working at once; what the others' halves remove is listed here, each
-# entry failing the test once it is gone, so these lists can only shrink. The merge of the issue empties them.
-# An import the rules forbid (it closes a cycle, or the cleaner names Spark), with the change that removes it.
-KNOWN_BAD_IMPORTS: dict[tuple[str, str], str] = {
-    ("compactlog.cleaner.cleaner", "compactlog.spark.executor"):
-        "the executor protocol (cleaner/executor.py): the cleaner core never names Spark",
-}
-# A module over the limit, with the change that splits it.
-KNOWN_LONG_MODULES: dict[str, str] = {
-    "compactlog.cleaner.kernel": "the split of kernel.py (Spark-only code out)",
-}
-
-
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(SOURCE_ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -146,13 +133,6 @@ def render(cycle: list[str]) -> str:
     return " -> ".join(cycle)
 
 
-def graph_without_known_bad_imports() -> dict[str, set[str]]:
-    graph = import_graph()
-    for source, target in KNOWN_BAD_IMPORTS:
-        graph[source].discard(target)
-    return graph
-
-
 def cleaner_imports_of_spark(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {(name, target) for name, targets in graph.items() if name.startswith(f"{PACKAGE}.cleaner")
             for target in targets if target.startswith(f"{PACKAGE}.spark")}
@@ -179,24 +159,15 @@ def test_the_walk_sees_relative_imports_in_functions_and_under_type_checking(tmp
 
 
 def test_no_import_cycle_among_compactlog_modules() -> None:
-    cycles = [render(cycle) for cycle in find_cycles(graph_without_known_bad_imports())]
+    cycles = [render(cycle) for cycle in find_cycles(import_graph())]
     assert cycles == [], "import cycles (module level, in functions and under TYPE_CHECKING):\n" + "\n".join(cycles)
 
 
 def test_the_cleaner_imports_nothing_from_spark() -> None:
-    assert cleaner_imports_of_spark(graph_without_known_bad_imports()) == set()
-
-
-def test_every_known_bad_import_is_still_there() -> None:
-    """Once an allowed import is gone, or breaks no rule any more, its entry must go too."""
-    graph = import_graph()
-    on_cycles = {(cycle[i], cycle[i + 1]) for cycle in find_cycles(graph) for i in range(len(cycle) - 1)}
-    still_bad = on_cycles | cleaner_imports_of_spark(graph)
-    assert set(KNOWN_BAD_IMPORTS) - still_bad == set(), "remove these from KNOWN_BAD_IMPORTS"
+    assert cleaner_imports_of_spark(import_graph()) == set()
 
 
 def test_no_module_is_over_500_lines() -> None:
     lines = {name: len(path.read_text().splitlines()) for name, path in source_modules().items()}
     too_long = {name: count for name, count in lines.items() if count > MAX_MODULE_LINES}
-    assert {name: count for name, count in too_long.items() if name not in KNOWN_LONG_MODULES} == {}
-    assert set(KNOWN_LONG_MODULES) - set(too_long) == set(), "remove these from KNOWN_LONG_MODULES"
+    assert too_long == {}

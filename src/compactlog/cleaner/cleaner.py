@@ -9,14 +9,16 @@ A pass (:func:`clean`):
    compaction delay, and which are eligible, filthiest first, with the reason for every other one;
 3. cleans each eligible partition: the kernel builds the offset map and writes cleaned groups (in one
    read, newest first, when the dirty section's keys fit the map, :mod:`.single_pass`; else in two,
-   :mod:`.kernel`; in process ``log.cleaner.threads`` partitions at a time, or on Spark executors, each
-   round's map in ``log.cleaner.dedupe.buffer.size / log.cleaner.threads``), the swap installs them
-   (:mod:`.swap`), and only then the checkpoint advances to the round's end offset;
+   :mod:`.kernel` and :mod:`.rewrite`), each round's map in ``log.cleaner.dedupe.buffer.size /
+   log.cleaner.threads``, on the pass's executor (:mod:`.executor`: in process ``log.cleaner.threads``
+   partitions at a time, or another engine's); the swap installs them (:mod:`.swap`), and only then the
+   checkpoint advances to the round's end offset;
 4. applies retention to compacted partitions (segments below the log start; and ``retention.ms`` /
    ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.
 
-The executor is None (in process), a SparkSession, or an :class:`OnDemandExecutor`, which starts one only
-when step 3 has a round to run: a pass with nothing to clean never pays for a Spark start.
+The executor is a :class:`~.executor.CleanerExecutor` (None: in process); ``Store.clean`` makes one of
+what its caller gives (:mod:`compactlog.executors`), and an :class:`~.executor.OnDemandExecutor` starts
+its engine only when step 3 has a round to run.
 
 With ``log.cleaner.enable=false`` (``server.properties``) a pass does none of this: it reports every
 compacted partition as skipped and changes nothing, as a Kafka broker with no cleaner; retention of
@@ -33,33 +35,19 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import CleanerError, CompactLogError
 from ..faults import fault_point
 from ..partition_view import planner_state
 from ..retention import apply_retention
-from .kernel import (
-    CleanTask,
-    GroupResult,
-    MapResult,
-    SegmentFile,
-    build_offset_map,
-    clean_group,
-    groups_to_clean,
-    lookup_batches,
-    map_entries,
-    transaction_facts,
-)
-from .memory_pool import round_memory_pool
+from .executor import CleanerExecutor, InProcessExecutor, RoundResult
+from .kernel import CleanTask, SegmentFile
 from .metrics import CleanerStats
 from .metrics import cleaner_metrics as metrics_from_stats
 from .plan import LogToClean, PartitionState, select_logs
-from .single_pass import clean_newest_first
+from .rewrite import transaction_facts
 from .swap import SwapHook, discard
 
 if TYPE_CHECKING:
@@ -122,13 +110,6 @@ class CleanReport:
         return next((p for p in self.partitions if (p.topic, p.partition) == (topic, partition)), None)
 
 
-@dataclass(frozen=True)
-class OnDemandExecutor:
-    """An executor made by ``start()`` (a SparkSession, say) when a pass first has a round to run."""
-
-    start: Callable[[], Any]
-
-
 def partition_state(store: LogDirectory, log: Log, checkpoints: dict[TopicPartition, int]) -> PartitionState:
     """The planner's view of ``log`` with its cleaner checkpoint (:func:`compactlog.partition_view.planner_state`)."""
     return planner_state(log, store.topic_config(log.topic), checkpoints.get((log.topic, log.partition)))
@@ -160,8 +141,10 @@ def cleaner_lock(log: Log) -> Iterator[bool]:
 
 
 def clean(store: LogDirectory, force: bool = False, topic: str | None = None, partition: int | None = None,
-          executor: Any = None, hook: SwapHook | None = None) -> CleanReport:
+          executor: CleanerExecutor | None = None, hook: SwapHook | None = None) -> CleanReport:
     """One cleaner pass (see the module docstring)."""
+    if executor is None:
+        executor = InProcessExecutor(store.broker.log_cleaner_threads)
     report = CleanReport()
     state = store.cleaner_state
     now = store.clock()
@@ -188,7 +171,8 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
     by_tp = {(log.topic, log.partition): log for log in logs}
     stats: list[CleanerStats] = []
     with contextlib.ExitStack() as locks:
-        # Every selected partition's cleaner lock is held for the whole pass (on Spark they run together).
+        # Every selected partition's cleaner lock is held for the whole pass (an executor may run its rounds
+        # together).
         chosen: list[tuple[LogToClean, Log]] = []
         for ltc in selection.to_clean:
             tp = (ltc.topic, ltc.partition)
@@ -250,125 +234,33 @@ def make_task(store: LogDirectory, log: Log, ltc: LogToClean, now: int) -> tuple
     return task, {s.base_offset: s.inode for s in sealed}
 
 
-def run_in_process(task: CleanTask, one_core: bool = False) -> tuple[MapResult, list[GroupResult]]:
-    """The kernel in this process: in one read when the dirty section's keys fit the offset map
-    (:mod:`.single_pass`), else map, then every group, one after another. Between the two-pass kernel's
-    steps the memory pool is asked to release what it no longer uses (jemalloc may keep some of it for its
-    decay: see :mod:`.memory_pool`).
-
-    By default a round spreads its steps over threads (reading, mapping, deciding, encoding), which uses
-    the cores of the machine, also when rounds run side by side (measured on Spark's ``local[2]``, 8 rounds
-    of 2M records: 7% faster than rounds kept to one thread). ``one_core`` runs one step at a time instead,
-    for executors with many task slots, whose rounds' threads would only compete for the cores and their
-    caches (Spark's ``spark.compactlog.cleaner.roundThreads=one``)."""
-    with round_memory_pool():
-        pool = pa.default_memory_pool()
-        one_read = clean_newest_first(task, one_core)
-        if one_read is not None:
-            return one_read
-        mapped = build_offset_map(task, one_core=one_core)
-        pool.release_unused()
-        results: list[GroupResult] = []
-        try:
-            for batch in lookup_batches(groups_to_clean(task, mapped.end_offset)):
-                # Segments the map phase did not number (the clean section) are looked up a batch at a time.
-                unmapped = [s for group in batch for s in group if s.base_offset not in mapped.entries]
-                entries = ({**mapped.entries, **map_entries(mapped.offset_map, unmapped)} if unmapped
-                           else mapped.entries)
-                for group in batch:
-                    results.append(clean_group(task, group, mapped.offset_map, entries, one_core))
-                    pool.release_unused()
-        except BaseException:
-            discard(results)
-            raise
-        return mapped, results
-
-
-def run_rounds(store: LogDirectory, chosen: list[tuple[LogToClean, Log]], now: int, executor: Any,
+def run_rounds(store: LogDirectory, chosen: list[tuple[LogToClean, Log]], now: int, executor: CleanerExecutor,
                hook: SwapHook | None) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
-    """The rounds of the chosen partitions (their cleaner locks held): in process ``log.cleaner.threads`` at a
-    time, or on Spark all at once (:func:`compactlog.spark.executor.run_many_on_spark`); each is then swapped
+    """The rounds of the chosen partitions (their cleaner locks held), on the executor; each is then swapped
     in and checkpointed on its own, so one partition's failure never costs another its round."""
-    if isinstance(executor, OnDemandExecutor):
-        if not chosen:
-            return
-        executor = executor.start()
-    if executor is None and store.broker.log_cleaner_threads > 1:
-        yield from _concurrent_rounds(store, chosen, now, hook)
-        return
-    if executor is None:
-        for ltc, log in chosen:
-            started = time.monotonic()
-            try:
-                task, inodes = make_task(store, log, ltc, now)
-                mapped, results = run_in_process(task)
-                yield ltc, commit_round(store, log, ltc, mapped, results, inodes, started, hook)
-            except Exception as e:
-                yield ltc, e
-        return
-    from ..spark.executor import run_many_on_spark
-
-    started = time.monotonic()
-    prepared = []
+    prepared: list[tuple[LogToClean, Log, CleanTask, dict[int, int]]] = []
     for ltc, log in chosen:
         try:
             prepared.append((ltc, log, *make_task(store, log, ltc, now)))
         except Exception as e:
             yield ltc, e
-    outcomes = run_many_on_spark(executor, [task for _, _, task, _ in prepared])
+    outcomes = executor.run_rounds([task for _, _, task, _ in prepared])
     for (ltc, log, _, inodes), outcome in zip(prepared, outcomes, strict=True):
         if isinstance(outcome, Exception):
             yield ltc, outcome
             continue
-        mapped, results = outcome
         try:
-            yield ltc, commit_round(store, log, ltc, mapped, results, inodes, started, hook)
+            committed: PartitionCleanReport | Exception = commit_round(store, log, ltc, outcome, inodes, hook)
         except Exception as e:
-            discard(results)
-            yield ltc, e
+            discard(outcome.groups)
+            committed = e
+        yield ltc, committed
 
 
-def _concurrent_rounds(store: LogDirectory, chosen: list[tuple[LogToClean, Log]], now: int, hook: SwapHook | None,
-                       ) -> Iterator[tuple[LogToClean, PartitionCleanReport | Exception]]:
-    """In process, ``log.cleaner.threads`` rounds at once (Kafka's cleaner threads, each with its share of the
-    dedupe buffer): the kernels run on a thread pool, the calling thread swaps each round in and checkpoints
-    it, in the order chosen. Rounds not started when the caller stops are cancelled."""
-    def timed(task: CleanTask) -> tuple[float, tuple[MapResult, list[GroupResult]]]:
-        started = time.monotonic()
-        return started, run_in_process(task)
-
-    pool = ThreadPoolExecutor(store.broker.log_cleaner_threads, thread_name_prefix="compactlog-cleaner")
-    try:
-        submitted: list[tuple[LogToClean, Log, Future[Any] | Exception, dict[int, int]]] = []
-        for ltc, log in chosen:
-            try:
-                task, inodes = make_task(store, log, ltc, now)
-                submitted.append((ltc, log, pool.submit(timed, task), inodes))
-            except Exception as e:
-                submitted.append((ltc, log, e, {}))
-        for ltc, log, future, inodes in submitted:
-            if isinstance(future, Exception):
-                yield ltc, future
-                continue
-            try:
-                started, (mapped, results) = future.result()
-            except Exception as e:
-                yield ltc, e
-                continue
-            try:
-                outcome: PartitionCleanReport | Exception = commit_round(store, log, ltc, mapped, results, inodes,
-                                                                         started, hook)
-            except Exception as e:
-                discard(results)
-                outcome = e
-            yield ltc, outcome
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def commit_round(store: LogDirectory, log: Log, ltc: LogToClean, mapped: MapResult, results: list[GroupResult],
-                 inodes: dict[int, int], started: float, hook: SwapHook | None) -> PartitionCleanReport:
+def commit_round(store: LogDirectory, log: Log, ltc: LogToClean, outcome: RoundResult, inodes: dict[int, int],
+                 hook: SwapHook | None) -> PartitionCleanReport:
     """Install a round's cleaned groups (the swap), then advance the checkpoint."""
+    mapped, results = outcome.mapped, outcome.groups
     if mapped.end_offset <= ltc.first_dirty_offset and not results:
         raise CleanerError(f"{log.topic}-{log.partition}: offset map made no progress")
     config = store.topic_config(log.topic)
@@ -386,7 +278,7 @@ def commit_round(store: LogDirectory, log: Log, ltc: LogToClean, mapped: MapResu
         bytes_read=sum(r.bytes_read for r in results) + mapped.bytes_read,
         bytes_written=sum(r.bytes_written for r in results),
         map_utilization=mapped.offset_map.utilization,
-        duration_ms=int((time.monotonic() - started) * 1000),
+        duration_ms=int((time.monotonic() - outcome.started) * 1000),
         invalid_records=sum(r.invalid_records for r in results),
         tombstones_stamped=sum(r.tombstones_stamped for r in results),
         groups=len(results))

@@ -3,9 +3,8 @@
 Arrow's default pool in the wheels is mimalloc, which keeps memory freed by one thread out of the reach of
 the others until its purge delay (a second) has passed. A round frees a row group's worth every few
 milliseconds on one thread after another thread allocated it (reading, mapping, deciding and encoding run
-on threads of their own), so under mimalloc its RSS carried 150-200 MB of freed memory beyond what was
-live. Arrow's jemalloc pool reuses memory across threads: the same round ran as fast (measured, 5M records
-/ 1M keys, warm, in a process holding 124 MiB before the round: peak RSS 490-540 -> 435-460 MiB).
+on threads of their own), so under mimalloc its RSS carries a great deal of freed memory beyond what is
+live. Arrow's jemalloc pool reuses memory across threads, and the round runs as fast.
 
 So a round allocates from the jemalloc pool: it is Arrow's default pool while any round of this process
 runs, and what it was before once none does. Buffers always go back to the pool they came from, so other
@@ -13,16 +12,11 @@ threads of the process allocating meanwhile lose nothing. Without a jemalloc bui
 is left as it is.
 
 Decay: freed memory stays with the pool for ROUND_DECAY_MS (jemalloc's decay, set before jemalloc makes its
-arenas), long enough for a round to reuse it, and goes back to the OS when rounds stop (measured, a process of
-124 MiB before a 5M-record round: 318-366 MiB right after it, 151-197 MiB twelve seconds later, idle).
-Returning memory while a round runs (the decay Arrow builds jemalloc with) costs a page fault for every page
-taken again, and faults are dear on virtual machines (on this one, a nested VM, a one-core round of 2M records
-spent 0.12-0.31 s of its 0.8-0.9 s in the kernel with the default decay, 0.10-0.16 s with none). Measured, 8
-partitions of 2M records cleaned one core each: one process 5.3-5.4 s against 5.8-6.1 s with the default
-decay, two processes side by side 1.74-1.80x one process against 1.41-1.73x (with no decay; later runs with a
-10 s decay matched it, within this VM's noise). Jemalloc's purge on demand (``release_unused``) returned
-nothing measurable, so the decay is what hands memory back. The peak RSS of a round is about the same either
-way, since the memory is reused.
+arenas), long enough for a round to reuse it, and goes back to the OS when rounds stop. Returning memory
+while a round runs (the decay Arrow builds jemalloc with) costs a page fault for every page taken again, and
+faults are dear on virtual machines, most of all with rounds side by side. Jemalloc's purge on demand
+(``release_unused``) hands back little, so the decay is what returns memory. The peak RSS of a round is
+about the same either way, since the memory is reused.
 """
 
 from __future__ import annotations

@@ -6,10 +6,9 @@ hash and confirmed by comparing its bytes, so a collision can never lose a recor
 
 The table lives in C (``_key_table.c``): the entries are records (offset, key length, key) appended to one
 arena, found through an open-addressing hash index. Finding or adding a key costs two cache misses (the
-index slot, the record), asked for a block of keys ahead. Done with numpy (sorts, searches, gathers over
-arrays of entries) this was the critical path of a round, at 50-150 ns a record; the table takes 20 ns
-while it fits in the cache and 50-100 ns on this machine once it does not. Every loop runs without the
-GIL, so Arrow decodes and writes on other threads meanwhile.
+index slot, the record), asked for a block of keys ahead: the map is on a round's critical path, where
+sorts, searches and gathers over numpy arrays of entries cost several times as much. Every loop runs
+without the GIL, so Arrow decodes and writes on other threads meanwhile.
 
 Memory bound: each entry costs ``len(key) + ENTRY_OVERHEAD_BYTES``; the map accepts entries while the
 total stays within ``log.cleaner.dedupe.buffer.size * log.cleaner.io.buffer.load.factor``. When a record

@@ -1,5 +1,5 @@
 """The record rule of a cleaning round as scalar pure functions: the specification the vectorised kernel
-(:func:`.kernel.rewrite_rows`) implements, checked against it column by column by a property test
+(:func:`.rewrite.rewrite_rows`) implements, checked against it column by column by a property test
 (``tests/property/test_retain_kernel.py``).
 
 This module owns Kafka's record-level decision (``Cleaner.shouldRetainRecord`` after the batch-level

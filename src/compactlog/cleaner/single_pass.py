@@ -4,7 +4,7 @@ Kafka's cleaner reads the dirty section twice: once to build the offset map (old
 fills), once more, with every other column, to rewrite the segments. When every key of the dirty section
 fits in the map, one read is enough, newest first: the first record of a key met is the key's newest, so
 by the time any record is reached the map already holds its key's newest offset, and the record rule
-(:func:`.kernel.retain_mask`) decides it there and then. The outcome is the two-pass round's, record for
+(:func:`.rewrite.retain_mask`) decides it there and then. The outcome is the two-pass round's, record for
 record: the same map, the same end offset (the end of the dirty section), the same rule.
 
 Order of work: the groups of a round (:func:`.kernel.groups_to_clean`) newest first, and in each group
@@ -30,24 +30,14 @@ import numpy as np
 import pyarrow as pa
 
 from ..columns import from_numpy, is_null
-from .kernel import (
-    CleanTask,
-    GroupResult,
-    GroupWriter,
-    MapResult,
-    SegmentFile,
-    _map_rows,
-    groups_to_clean,
-    prefetched,
-    rewrite_rows,
-)
+from .kernel import CleanTask, GroupResult, MapResult, SegmentFile, groups_to_clean, map_rows, prefetched
 from .offset_map import OffsetMap
+from .rewrite import GroupWriter, rewrite_rows
 from .swap import discard
 
 BATCH_ROWS = 1 << 16  # rows of a group read together (newest first) and put into the map in one step
-# Row groups read ahead of the one being mapped. With one, the reader idled whenever it was a row group
-# ahead while the map worked: a third of a round had only the map's thread running (sampled thread states,
-# 5M records). Two fill that time: 0.81-0.97 s against 0.93-1.10 s, for 9 MB more (one row group).
+# Row groups read ahead of the one being mapped: with one, the reader idles whenever it is a row group ahead
+# while the map works, and only the map's thread runs; two keep the reader busy, for one row group more.
 READ_AHEAD = 2
 
 
@@ -109,7 +99,7 @@ def _batches(task: CleanTask, group: Sequence[SegmentFile], one_core: bool) -> G
 
     def batch() -> _Batch:
         table = pa.concat_tables(reversed(pending))
-        offsets, keys, eligible = _map_rows(table, task)
+        offsets, keys, eligible = map_rows(table, task)
         positions = np.flatnonzero(eligible)
         return _Batch(table, offsets, keys, positions)
 

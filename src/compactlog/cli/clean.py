@@ -87,7 +87,7 @@ def _clean_on_spark(store: Any, args: argparse.Namespace) -> tuple[CleanReport, 
     imports PySpark). An unreachable standalone master is refused at once, whether or not there is work."""
     if importlib.util.find_spec("pyspark") is None:
         raise ExecutorError("PySpark is not installed; install compactlog[spark], or use --in-process")
-    from ..cleaner.cleaner import OnDemandExecutor
+    from ..cleaner.executor import OnDemandExecutor
     from ..spark.session import check_master_reachable, resolve_master
 
     master = resolve_master(args.spark_master)

@@ -20,29 +20,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ..cleaner.cleaner import run_in_process
+from ..cleaner.executor import run_in_process
 from ..cleaner.kernel import (
     CleanTask,
     GroupResult,
     MapResult,
-    PartialMap,
     SegmentFile,
     build_offset_map,
-    clean_group,
     lookup_batches,
     map_entries,
-    partial_map,
 )
 from ..cleaner.offset_map import OffsetMap
+from ..cleaner.rewrite import clean_group
 from ..cleaner.swap import discard
 from ..errors import ExecutorError
+from .partial_map import PartialMap, partial_map
 
 if TYPE_CHECKING:
     from pyspark.broadcast import Broadcast
-
-# A rewrite task looks the keys of this many bytes of segments up in the offset map with one hash of the map
-# (hashing a map of a million keys costs about as much as rewriting a segment of a few hundred thousand
-# records, so once per segment would double the work); the keys of a batch are held in memory meanwhile.
 
 
 def not_visible_message(host: str, directory: str) -> str:

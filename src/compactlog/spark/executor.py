@@ -1,8 +1,10 @@
 """The cleaner's Spark executor: cleaning rounds run as Spark tasks.
 
-The driver plans (:mod:`compactlog.cleaner.plan`, done by the caller), Spark executors run the same kernel
-functions the in-process cleaner runs (:mod:`compactlog.cleaner.kernel`), and the driver swaps and
-checkpoints (the caller again): the PySpark data source writer's ``write`` -> ``commit`` / ``abort``.
+:class:`SparkExecutor` is the cleaner's executor protocol (:class:`~compactlog.cleaner.executor.CleanerExecutor`)
+on a SparkSession: the driver plans (:mod:`compactlog.cleaner.plan`, done by the cleaner pass), Spark
+executors run the same kernel functions the in-process cleaner runs (:mod:`compactlog.cleaner.kernel`,
+:mod:`compactlog.cleaner.rewrite`), and the driver swaps and checkpoints (the pass again): the PySpark data
+source writer's ``write`` -> ``commit`` / ``abort``.
 
 How the work is cut (:func:`run_many_on_spark`, for the partitions one cleaner pass cleans):
 
@@ -20,14 +22,14 @@ How the work is cut (:func:`run_many_on_spark`, for the partitions one cleaner p
      exactly the map the in-process round builds (same keys in the same order, same offsets: the fit test
      is on the total, which is the same). When they do not, the round reaches the dedupe-buffer bound
      inside the dirty section, and the exact cut is found the reference way: a task per dirty segment
-     runs :func:`~compactlog.cleaner.kernel.partial_map` and the driver merges with
-     :func:`~compactlog.cleaner.kernel.merge_partial_maps`, which re-reads the segment where the map fills;
+     runs :func:`~compactlog.spark.partial_map.partial_map` and the driver merges with
+     :func:`~compactlog.spark.partial_map.merge_partial_maps`, which re-reads the segment where the map fills;
   2. *rewrite*: the merged map is broadcast (Arrow IPC bytes, latest offset, capacity); the groups of
      :func:`~compactlog.cleaner.kernel.groups_to_clean` go to consecutive bins, one per slot, and a task
      looks its segments' keys up in the map in batches of
      :data:`~compactlog.cleaner.kernel.LOOKUP_BATCH_SEGMENT_BYTES` (one hash of the map per batch, not per
      segment) and runs
-     :func:`~compactlog.cleaner.kernel.clean_group` on each group, which writes ``<base>.parquet.cleaned``.
+     :func:`~compactlog.cleaner.rewrite.clean_group` on each group, which writes ``<base>.parquet.cleaned``.
 
 Rules:
 
@@ -52,17 +54,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..cleaner.kernel import (
-    CleanTask,
-    GroupResult,
-    MapResult,
-    PartialMap,
-    groups_to_clean,
-    merge_partial_maps,
-)
+from ..cleaner.executor import RoundResult
+from ..cleaner.kernel import CleanTask, GroupResult, MapResult, groups_to_clean
 from ..cleaner.offset_map import OffsetMap
 from ..cleaner.swap import discard
 from ..errors import ExecutorError
@@ -87,6 +84,7 @@ from .clean_tasks import (
     run_items,
 )
 from .job_failure import describe, worker_python
+from .partial_map import PartialMap, merge_partial_maps
 
 if TYPE_CHECKING:
     from pyspark import SparkConf, SparkContext
@@ -105,17 +103,15 @@ SPLIT_POLICY: Literal["auto", "always", "never"] = "auto"
 SPLIT_CONF = "spark.compactlog.cleaner.split"
 # "auto" splits a partition bigger than its fair share of the pass (and than MIN_TASK_BYTES) only with at
 # least this many task slots: a split round hashes every key about twice (once for the bin maps, once to
-# look rows up in the merged map) and merges the bins on the driver, about 2.2 times the work of a whole
-# round (measured: 5M records, 1M keys), so it pays off from three slots on, not on two.
+# look rows up in the merged map) and merges the bins on the driver, somewhat over twice the work of a whole
+# round, so it pays off from three slots on, not on two.
 SPLIT_MIN_SLOTS = 3
 
 # How a whole round uses its executor when every task slot has a round of its own: "all" (the default) lets
-# each round spread its steps over threads as in process, "one" keeps each round to one thread at a time
-# (run_in_process(..., one_core=True)); the Spark setting spark.compactlog.cleaner.roundThreads overrides
-# it. Measured on local[2], 8 rounds of 2M records: "all" 3.43-3.68 s against "one" 3.68-3.96 s (medians of
-# two interleaved A/B runs): a round's threads fill the time the other round's thread waits (reading,
-# fsync, its serial start and end). "one" is for executors with many slots, where every round's threads
-# would compete for the cores.
+# each round spread its steps over threads as in process, since a round's threads fill the time the other
+# rounds' threads wait (reading, fsync, their serial start and end); "one" keeps each round to one thread
+# at a time (run_in_process(..., one_core=True)), for executors with many slots, where every round's
+# threads would compete for the cores. The Spark setting spark.compactlog.cleaner.roundThreads overrides it.
 ROUND_THREADS: Literal["all", "one"] = "all"
 ROUND_THREADS_CONF = "spark.compactlog.cleaner.roundThreads"
 
@@ -444,3 +440,20 @@ def run_on_spark(spark: SparkSession | SparkContext, task: CleanTask) -> SparkRo
     if isinstance(outcome, ExecutorError):
         raise outcome
     return outcome
+
+
+class SparkExecutor:
+    """The cleaner's executor on Spark: a pass's rounds in as few Spark jobs as the work allows
+    (:func:`run_many_on_spark`). ``spark`` is a classic SparkSession (or its SparkContext); anything else
+    fails the pass with an :class:`ExecutorError`, as does a Spark that cannot run the rounds at all."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def run_rounds(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
+        # Every round runs before the first is handed back: they share the pass's jobs, so a round's
+        # duration runs from the start of the pass's jobs.
+        started = time.monotonic()
+        outcomes = run_many_on_spark(self.spark, tasks)
+        return iter([outcome if isinstance(outcome, ExecutorError) else RoundResult(*outcome, started)
+                     for outcome in outcomes])
