@@ -7,7 +7,7 @@ import contextlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,34 @@ class FakeClock:
         """Move the clock forward by ``ms`` milliseconds; returns the new time."""
         self.now += ms
         return int(self.now)
+
+
+def check_cleaned_below(records: dict[int, list], present: set[int], end_offset: int, now: int,
+                        retention_ms: int, status: Callable[[list], str] = lambda record: "committed") -> None:
+    """The cleaner's liveness and safety after a clean to ``end_offset``, against a model's records
+    (offset -> ``[key, value, _, stamped]``, ``stamped`` the time of the first clean that kept the record, or
+    None) and the offsets ``present`` in the log: below the end no open transaction's data, no aborted
+    record and no superseded record remains, every key's newest record does unless it is a tombstone whose
+    ``retention_ms`` has passed since it was stamped. Records this clean kept are stamped ``now``."""
+    newest: dict[bytes, int] = {}
+    for offset in sorted(o for o in records if o < end_offset):
+        record_status = status(records[offset])
+        assert record_status != "open", f"a clean to {end_offset} passed open transaction data at {offset}"
+        if record_status == "aborted":
+            assert offset not in present, f"aborted record {offset} survived a clean to {end_offset}"
+            continue
+        key = records[offset][0]
+        if key in newest:
+            assert newest[key] not in present, f"superseded record {newest[key]} survived a clean to {end_offset}"
+        newest[key] = offset
+    for offset in newest.values():
+        _, value, _, stamped = records[offset]
+        expired = value is None and stamped is not None and now >= stamped + retention_ms
+        assert (offset in present) == (not expired), (
+            f"{'expired tombstone' if expired else 'newest record'} {offset}: present={offset in present} "
+            f"after a clean to {end_offset}")
+        if stamped is None:
+            records[offset][3] = now  # this clean kept it and stamped it if it is a tombstone
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import compactlog
-from support import FakeClock
+from support import FakeClock, check_cleaned_below
 
 KEYS = st.sampled_from([b"a", b"b", b"c"])
 RETENTION = 5_000
@@ -112,24 +112,7 @@ class TransactionsModel(RuleBasedStateMachine):
 
     def check_cleaned_below(self, end_offset: int, now: int) -> None:
         present = {r.offset for r in self.store.read("t", 0, self.store.log_start_offset("t", 0))}
-        newest: dict[bytes, int] = {}
-        for offset in sorted(o for o in self.records if o < end_offset):
-            key, _, status, _ = self.records[offset]
-            assert status != "open", f"a clean to {end_offset} passed open transaction data at {offset}"
-            if status == "aborted":
-                assert offset not in present, f"aborted record {offset} survived a clean to {end_offset}"
-                continue
-            if key in newest:
-                assert newest[key] not in present, f"superseded record {newest[key]} survived a clean to {end_offset}"
-            newest[key] = offset
-        for offset in newest.values():
-            _, value, _, stamped = self.records[offset]
-            expired = value is None and stamped is not None and now >= stamped + RETENTION
-            assert (offset in present) == (not expired), (
-                f"{'expired tombstone' if expired else 'newest record'} {offset}: present={offset in present} "
-                f"after a clean to {end_offset}")
-            if stamped is None:
-                self.records[offset][3] = now  # this clean kept it and stamped it if it is a tombstone
+        check_cleaned_below(self.records, present, end_offset, now, RETENTION, status=lambda record: record[2])
 
     @invariant()
     def read_committed_matches_model(self) -> None:
