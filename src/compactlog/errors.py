@@ -92,3 +92,9 @@ class ReadOnlyStoreError(CompactLogError):
 
 class CorruptTopicMetadataError(CompactLogError):
     """A topic's ``.topics/<topic>.json`` that cannot be read; the other topics are unaffected."""
+
+
+class KafkaStorageError(CompactLogError, OSError):
+    """A write or fsync of a partition's files failed (disk full, I/O error), as Kafka's
+    ``KafkaStorageException``: the append is not acknowledged and none of its frames is kept in the active
+    segment; the cause (the ``OSError``) is chained."""

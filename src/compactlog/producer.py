@@ -25,6 +25,7 @@ from .config import ProducerConfig
 from .errors import (
     InvalidRecordError,
     InvalidTxnStateError,
+    ProducerFencedError,
     RecordTooLargeError,
     StoreClosedError,
     UnknownTopicOrPartitionError,
@@ -157,6 +158,8 @@ class Producer:
         self._in_transaction = False
         self._txn_partitions: set[tuple[str, int]] = set()
         self._flush_errors: list[BaseException] = []
+        # A batch of the open transaction failed: only abort_transaction() may follow (Kafka's abortable error).
+        self._abortable_error: BaseException | None = None
         if self._transactional_id is not None:  # registering the id now fences every older instance
             self._producer_id, self._epoch = store.transactions.init_producer(
                 self._transactional_id, config.transaction_timeout_ms)
@@ -180,6 +183,9 @@ class Producer:
             raise StoreClosedError("producer is closed")
         if self._transactional_id is not None and not self._in_transaction:
             raise InvalidTxnStateError("send() outside a transaction: call begin_transaction() first")
+        if self._abortable_error is not None:
+            raise InvalidTxnStateError(
+                "a batch of this transaction failed: call abort_transaction()") from self._abortable_error
         if key is not None and type(key) is not bytes:
             key = _as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
@@ -266,6 +272,8 @@ class Producer:
         self._require_transactional()
         if self._in_transaction:
             raise InvalidTxnStateError("a transaction is already open")
+        if self._abortable_error is not None:
+            self._bump_epoch()
         self._in_transaction = True
         self._txn_partitions = set()
 
@@ -278,6 +286,9 @@ class Producer:
         if not self._in_transaction:
             raise InvalidTxnStateError("commit_transaction() without an open transaction")
         assert self._producer_id is not None
+        if self._abortable_error is not None:
+            raise InvalidTxnStateError(
+                "a batch of this transaction failed: call abort_transaction()") from self._abortable_error
         try:
             self._drain_all()  # appended, not yet fsynced: each COMMIT marker's fsync covers its partition
             self.store.transactions.end_transaction(transactional_id, self._producer_id, self._epoch, True,
@@ -285,7 +296,8 @@ class Producer:
             with self._lock:
                 self._touched -= self._txn_partitions
         finally:
-            self._finish_transaction()
+            if self._abortable_error is None:  # else the transaction stays open for abort_transaction()
+                self._finish_transaction()
 
     def abort_transaction(self) -> None:
         """Drop what is still buffered and write ABORT markers into every partition of the transaction."""
@@ -308,6 +320,28 @@ class Producer:
     def _finish_transaction(self) -> None:
         self._in_transaction = False
         self._txn_partitions = set()
+
+    def _batch_failed(self, error: BaseException) -> None:
+        """A partition's append failed part-way (an I/O error may have left part of the batch in the log,
+        and the log's producer state may hold it): the next batch must not reuse the failed batch's
+        sequences, or the log would take it for a retry of the failed one and acknowledge it at the failed
+        batch's offsets. As Kafka after an error of unknown outcome: an idempotent producer takes a new
+        producer id (its sequences start again at 0); a transactional one must abort, and its next
+        transaction bumps the epoch (KIP-360), whose sequences start at 0."""
+        if self._transactional_id is None:
+            self._producer_id = None
+            self._sequences.clear()
+        elif not isinstance(error, ProducerFencedError):  # fenced is final: re-registering would fence the newer one
+            self._abortable_error = error
+
+    def _bump_epoch(self) -> None:
+        """Re-register the transactional id after an abortable error: a new epoch (any transaction still
+        open is aborted first) and sequences from 0."""
+        assert self._transactional_id is not None
+        self._producer_id, self._epoch = self.store.transactions.init_producer(
+            self._transactional_id, self.config.transaction_timeout_ms)
+        self._sequences.clear()
+        self._abortable_error = None
 
     def close(self) -> None:
         """Flush, then stop. The producer is closed even when the flush fails (the error is raised)."""
@@ -399,8 +433,12 @@ class Producer:
             else:
                 tp = (buffer.topic, partition)
                 sequence = self._sequences.get(tp, 0)
-                first, append_time, _ = log.append_producer_batch(
-                    part_rows, self._producer_id, self._epoch, sequence, transactional, flush=False)
+                try:
+                    first, append_time, _ = log.append_producer_batch(
+                        part_rows, self._producer_id, self._epoch, sequence, transactional, flush=False)
+                except BaseException as e:
+                    self._batch_failed(e)
+                    raise
                 self._sequences[tp] = (sequence + part_rows.num_rows) % INT32_LIMIT
             if positions is None:
                 offsets[:] = np.arange(first, first + n)

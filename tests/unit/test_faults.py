@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import Path
 
@@ -30,3 +31,29 @@ def test_every_declared_point_is_placed_once_and_no_other() -> None:
     placed = [name for path in sorted(source.rglob("*.py")) if path.name != "faults.py"
               for name in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())]
     assert sorted(placed) == sorted(faults.FAULT_POINTS)
+    io_placed = [name for path in sorted(source.rglob("*.py")) if path.name != "faults.py"
+                 for name in re.findall(r'io_fault\("([^"]+)"\)', path.read_text())]
+    assert sorted(io_placed) == sorted(faults.IO_FAULT_POINTS)
+
+
+def test_the_io_setting_names_a_point_its_first_failing_hit_and_the_error() -> None:
+    assert faults._io_armed(None) is None
+    assert faults._io_armed("log.fsync") == ("log.fsync", 1, errno.ENOSPC)
+    assert faults._io_armed("log.frame-write:3:EIO") == ("log.frame-write", 3, errno.EIO)
+    for bad in ("log.nope", "log.fsync:x", "log.fsync:0", "log.fsync:2:EIO:1"):
+        with pytest.raises(ConfigError, match="COMPACTLOG_FAULT_IO"):
+            faults._io_armed(bad)
+
+
+def test_an_armed_io_point_fails_from_its_nth_hit_on_and_others_pass() -> None:
+    try:
+        faults.arm_io_fault("log.fsync", nth=2, code="EIO")
+        faults.io_fault("log.frame-write")
+        faults.io_fault("log.fsync")
+        for _ in range(2):
+            with pytest.raises(OSError) as raised:
+                faults.io_fault("log.fsync")
+            assert raised.value.errno == errno.EIO
+    finally:
+        faults.arm_io_fault(None)
+    faults.io_fault("log.fsync")

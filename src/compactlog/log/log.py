@@ -34,7 +34,8 @@ from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stor
 from ..cleaner.plan import SegmentStats, idle_roll_due
 from ..columns import from_numpy, repeat, to_numpy
 from ..data_dir import open_partition_lock
-from ..faults import fault_point
+from ..errors import KafkaStorageError
+from ..faults import fault_point, io_fault
 from ..frame_plan import plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
@@ -242,17 +243,40 @@ class Log:
                 offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
                 chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), pa.array(offsets))
                 batches.append(chunk.combine_chunks().to_batches()[0])
-            for (_, _, roll_first), batch, (header, payload) in zip(
-                    frames, batches, _encode_ahead(batches, omitted), strict=True):
-                if roll_first:
-                    self._roll()
-                self._active.append_encoded(header, payload, batch)
-                fault_point("log.frame-appended")
-                rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
-                self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
-            if flush:
-                self._active.flush()
+            active, size = self._active, self._active.size
+            try:
+                for (_, _, roll_first), batch, (header, payload) in zip(
+                        frames, batches, _encode_ahead(batches, omitted), strict=True):
+                    if roll_first:
+                        self._roll()
+                    io_fault("log.frame-write")
+                    self._active.append_encoded(header, payload, batch)
+                    fault_point("log.frame-appended")
+                    rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
+                    self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
+                if flush:
+                    self._fsync_active()
+            except OSError as e:
+                self._undo_append(active, size)
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: append of {n} rows at offset "
+                                        f"{first_offset} failed and is not acknowledged: {e}") from e
             return first_offset, now
+
+    def _undo_append(self, active: ActiveSegment, size: int) -> None:
+        """After an I/O error part-way through an append: cut its frames from the active segment (when it did
+        not roll meanwhile; else the sealed prefix stays, as after a crash), then reload the segments and
+        the producer state from the disk, so that both say the same as the files (the caller holds the lock)."""
+        try:
+            if self._active is active and active.size > size:
+                with open(active.path, "r+b") as f:
+                    f.truncate(size)
+                    os.fsync(f.fileno())
+        finally:
+            self._sealed, self._active = self._open()
+
+    def _fsync_active(self) -> None:
+        io_fault("log.fsync")
+        self._active.flush()
 
     def append_producer_batch(self, rows: pa.Table, producer_id: int, epoch: int, base_sequence: int,
                               transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
@@ -314,8 +338,12 @@ class Log:
             self._producers.manager.expire(now_ms, expiration_ms)
 
     def flush(self) -> None:
+        """Fsync the active segment; an I/O error is a :class:`~compactlog.errors.KafkaStorageError`."""
         with self.locked():
-            self._active.flush()
+            try:
+                self._fsync_active()
+            except OSError as e:
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: fsync failed: {e}") from e
 
     def roll(self) -> bool:
         """Seal the active segment now; a no-op when it is empty. Returns whether a segment was sealed."""

@@ -1,0 +1,113 @@
+"""Injected I/O errors (ENOSPC, EIO) at the log's frame write and fsync (``faults.io_fault``): a failed
+append is not acknowledged, leaves nothing of itself in the active segment, and every acknowledgement
+after it is true (the records are at the offsets returned)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import compactlog
+from compactlog import InvalidTxnStateError, KafkaStorageError, faults
+from support import FakeClock
+
+FRAME_ROWS = 65_536  # the most rows of one frame of the active segment
+
+
+@pytest.fixture(autouse=True)
+def disarm() -> Iterator[None]:
+    yield
+    faults.arm_io_fault(None)
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[compactlog.Store]:
+    with compactlog.open(tmp_path / "data", clock=clock) as store:
+        store.create_topic("t", partitions=1, config={"cleanup.policy": "compact"})
+        # Small segments: a batch of a few hundred records rolls between its frames.
+        store.create_topic("small", partitions=1, config={"cleanup.policy": "compact", "segment.bytes": 4096})
+        yield store
+
+
+def values(store: compactlog.Store, topic: str) -> dict[int, bytes | None]:
+    return {r.offset: r.value for r in store.read(topic, 0)}
+
+
+def send_all(producer: compactlog.Producer, topic: str, tag: str, n: int) -> list[compactlog.RecordFuture]:
+    return [producer.send(topic, key=f"{tag}{i}".encode(), value=f"{tag}-{i}".encode()) for i in range(n)]
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EIO"])
+def test_a_batch_failing_after_its_first_frame_leaves_nothing_and_the_next_batch_is_acknowledged_truly(
+        store: compactlog.Store, code: str) -> None:
+    producer = store.producer(linger_ms=0, batch_size=1 << 30)
+    send_all(producer, "t", "old", FRAME_ROWS + 10)  # two frames
+    faults.arm_io_fault("log.frame-write", nth=2, code=code)
+    with pytest.raises(KafkaStorageError, match="not acknowledged") as failure:
+        producer.flush()
+    assert isinstance(failure.value.__cause__, OSError)
+    faults.arm_io_fault(None)
+    assert store.log_end_offset("t", 0) == 0  # the first frame was cut: nothing of the batch is kept
+    futures = send_all(producer, "t", "new", 10)
+    producer.flush()
+    offsets = [f.result().offset for f in futures]
+    assert offsets == list(range(10))
+    assert values(store, "t") == {i: f"new-{i}".encode() for i in range(10)}
+    producer.close()
+
+
+def test_after_a_batch_fails_across_a_roll_the_next_batch_is_not_taken_for_its_retry(
+        store: compactlog.Store) -> None:
+    # The batch rolls the segment between frames: its first frames are sealed and stay (as after a crash),
+    # so the log's producer state holds them; the producer must not send the next batch as their retry.
+    producer = store.producer(linger_ms=0, batch_size=1 << 30)
+    send_all(producer, "small", "old", 400)
+    faults.arm_io_fault("log.frame-write", nth=3)
+    with pytest.raises(KafkaStorageError):
+        producer.flush()
+    faults.arm_io_fault(None)
+    kept = store.log_end_offset("small", 0)
+    assert 0 < kept < 400
+    futures = send_all(producer, "small", "new", 10)
+    producer.flush()
+    stored = values(store, "small")
+    for i, future in enumerate(futures):
+        assert stored[future.result().offset] == f"new-{i}".encode()
+    producer.close()
+
+
+def test_a_failed_fsync_of_a_bulk_append_keeps_nothing_and_a_retry_appends_once(store: compactlog.Store) -> None:
+    table = pa.table({"key": [b"a", b"b"], "value": [b"1", b"2"]})
+    faults.arm_io_fault("log.fsync", code="EIO")
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        store.append("t", 0, table)
+    faults.arm_io_fault(None)
+    assert store.log_end_offset("t", 0) == 0
+    assert store.append("t", 0, table).base_offset == 0
+    assert values(store, "t") == {0: b"1", 1: b"2"}
+
+
+def test_a_transaction_whose_batch_failed_must_abort_and_the_next_one_is_acknowledged_truly(
+        store: compactlog.Store) -> None:
+    producer = store.producer(linger_ms=0, batch_size=1 << 30, transactional_id="tx")
+    producer.begin_transaction()
+    send_all(producer, "small", "old", 400)
+    faults.arm_io_fault("log.frame-write", nth=3)
+    with pytest.raises(KafkaStorageError):
+        producer.commit_transaction()
+    faults.arm_io_fault(None)
+    with pytest.raises(InvalidTxnStateError, match="abort_transaction"):
+        producer.send("small", key=b"k", value=b"v")
+    with pytest.raises(InvalidTxnStateError, match="abort_transaction"):
+        producer.commit_transaction()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    futures = send_all(producer, "small", "new", 10)
+    producer.commit_transaction()
+    committed = {r.offset: r.value for r in store.read("small", 0, isolation_level="read_committed")}
+    assert [committed[f.result().offset] for f in futures] == [f"new-{i}".encode() for i in range(10)]
+    assert not any(v is not None and v.startswith(b"old") for v in committed.values())
+    producer.close()
