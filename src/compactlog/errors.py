@@ -98,3 +98,8 @@ class KafkaStorageError(CompactLogError, OSError):
     """A write or fsync of a partition's files failed (disk full, I/O error), as Kafka's
     ``KafkaStorageException``: the append is not acknowledged and none of its frames is kept in the active
     segment; the cause (the ``OSError``) is chained."""
+
+
+class InvalidRequestError(CompactLogError, ValueError):
+    """A call whose arguments are not of the kind it takes (a read offset that is not an int, a column that
+    does not exist), as Kafka's ``InvalidRequestException``."""

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .limits import INT_MAX
 from .partitioner import StickyPartitioner, partitions_for_keys
-from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows
+from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows, timestamp_problem
 
 if TYPE_CHECKING:
     from .config import TopicConfig
@@ -190,10 +190,10 @@ class Producer:
             key = _as_bytes(key, "key")
         if value is not None and type(value) is not bytes:
             value = _as_bytes(value, "value")
-        if timestamp is not None and (type(timestamp) is not int or timestamp < 0):
-            # Checked here: a bad one found at the drain would fail every record of its batch.
-            raise InvalidRecordError(
-                f"timestamp must be a non-negative int (epoch ms) or None, not {timestamp!r}")
+        if timestamp is not None:  # checked here: a bad one found at the drain would fail its whole batch
+            problem = timestamp_problem(timestamp)
+            if problem is not None:
+                raise InvalidRecordError(problem)
         size = RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0)
         if value is not None:
             size += len(value)

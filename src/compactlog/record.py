@@ -26,6 +26,7 @@ them as records. The delete horizon is per record (Kafka keeps it per batch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import from_numpy, repeat
+from .limits import LONG_MAX
 
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
@@ -142,6 +144,17 @@ def _as_binary(column: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArray
     raise InvalidRecordError(f"column {name!r} must be binary (bytes) or string, not {column.type}")
 
 
+def timestamp_problem(timestamp: object) -> str | None:
+    """What is wrong with a record's timestamp, or None. Kafka's rule (``ProducerRecord``: "Timestamp should
+    always be non-negative or null"): epoch milliseconds, an int in ``[0, Long.MAX_VALUE]``; None (a send
+    without one) means now. ``send()`` and a bulk append (its smallest and largest) both ask this."""
+    if type(timestamp) is not int:
+        return f"timestamp must be an int (epoch ms) or None, not {timestamp!r}"
+    if not 0 <= timestamp <= LONG_MAX:
+        return f"timestamp must be in [0, {LONG_MAX}] (epoch ms), not {timestamp!r}"
+    return None
+
+
 def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     """Turn a user's table (``key``, ``value``, optional ``timestamp`` and ``headers``) into rows in
     :data:`SCHEMA`. Offsets are placeholders (the log assigns them); producer fields say "none"."""
@@ -176,6 +189,11 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
             timestamp = pa.array(scaled, pa.int64(), mask=raw.is_null().to_numpy(zero_copy_only=False))
         elif not pa.types.is_integer(timestamp.type):
             raise InvalidRecordError(f"column 'timestamp' must be integer milliseconds, not {timestamp.type}")
+        if n:  # the smallest and largest, before a cast to int64 could wrap or refuse them
+            for extreme in pc.min_max(timestamp).values():
+                problem = None if extreme.as_py() is None else timestamp_problem(extreme.as_py())
+                if problem is not None:
+                    raise InvalidRecordError(f"column 'timestamp': {problem}")
         timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
     else:
         timestamp = repeat(now_ms, pa.int64(), n)
@@ -245,6 +263,20 @@ def data_rows(timestamp: pa.Array | pa.ChunkedArray, key: pa.Array | pa.ChunkedA
         constant_chunks(CONTROL_NONE, pa.int8(), n),
         constant_chunks(NO_DELETE_HORIZON, pa.int64(), n),
     ], schema=SCHEMA)
+
+
+def read_columns(columns: Sequence[str] | None) -> list[str]:
+    """The columns a read returns: ``columns`` (names of :data:`SCHEMA`), else :data:`READ_COLUMNS`."""
+    from .errors import InvalidRequestError
+
+    if columns is None:
+        return list(READ_COLUMNS)
+    if isinstance(columns, str | bytes) or not isinstance(columns, Sequence):
+        raise InvalidRequestError(f"columns must be a list of column names, not {columns!r}")
+    unknown = [c for c in columns if not isinstance(c, str) or c not in SCHEMA.names]
+    if unknown:
+        raise InvalidRequestError(f"unknown columns {unknown!r}; a read has {', '.join(SCHEMA.names)}")
+    return list(columns)
 
 
 def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic: str) -> None:

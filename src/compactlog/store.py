@@ -35,7 +35,7 @@ from .errors import ConfigError, InvalidTopicError, StoreClosedError, TopicExist
 from .log import Log, fsync_dir
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition
 from .producer_state import aborted_mask
-from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, to_rows
+from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, read_columns, to_rows
 from .retention import apply_retention
 from .topic_metadata import (
     TopicMetadata,
@@ -324,8 +324,8 @@ class Store:
         headers by default). Transaction markers are never returned; ``read_committed`` stops at the last
         stable offset and skips data of aborted transactions."""
         log = self.log(topic, partition)
-        log.check_offset(start_offset)
-        wanted = list(columns) if columns is not None else list(READ_COLUMNS)
+        log.check_offset(start_offset, end_offset)
+        wanted = read_columns(columns)
         tables = list(self._read_tables(log, start_offset, end_offset, wanted, isolation_level))
         if not tables:
             from .record import SCHEMA
@@ -340,7 +340,7 @@ class Store:
         the log start or past the log end. ``read_committed`` stops at the last stable offset and skips
         the data of aborted transactions (found through the segments' transaction indexes)."""
         log = self.log(topic, partition)
-        log.check_offset(start_offset)
+        log.check_offset(start_offset, end_offset)
         _check_isolation_level(isolation_level)  # now, not when the first record is asked for
         return _records(self._read_tables(log, start_offset, end_offset, list(READ_COLUMNS), isolation_level))
 
@@ -350,9 +350,9 @@ class Store:
         """:meth:`read_arrow` one table at a time (one or more per segment), in offset order, for reads
         larger than memory (the Spark data source reads this way). The offsets are checked now."""
         log = self.log(topic, partition)
-        log.check_offset(start_offset)
+        log.check_offset(start_offset, end_offset)
         _check_isolation_level(isolation_level)
-        wanted = list(columns) if columns is not None else list(READ_COLUMNS)
+        wanted = read_columns(columns)
         return self._read_tables(log, start_offset, end_offset, wanted, isolation_level)
 
     def _read_tables(self, log: Log, start_offset: int, end_offset: int | None, columns: list[str],

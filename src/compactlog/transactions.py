@@ -3,9 +3,9 @@
 Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flock`` on ``.lock``):
 
 * ``producer-ids``: the next producer id to hand out (a decimal number);
-* ``<transactional id>.json`` (the id escaped into a safe file name): ``{"transactional_id",
-  "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition the id ever wrote
-  to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms",
+* ``<transactional id>.json`` (the id escaped into a safe file name; a long id hashed, :func:`_file_name`):
+  ``{"transactional_id", "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition
+  the id ever wrote to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms",
   "txn_start_ms": when the coordinator saw the id's latest transaction begin (the store's clock), or null}``,
   written to a temporary file, fsynced and renamed.
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 TXN_DIR = ".transactions"
 EPOCH_MAX = 32767
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
+_NAME_MAX = 255  # the longest file name most file systems take, in bytes
 TopicPartition = tuple[str, int]
 
 
@@ -101,8 +103,14 @@ def transaction_expired(now_ms: int, txn_start_ms: int, timeout_ms: int) -> bool
 
 
 def _file_name(transactional_id: str) -> str:
-    """A file name for any transactional id: safe characters kept, the rest escaped, never a path."""
-    return _SAFE_ID.sub(lambda m: f"%{ord(m.group()):04x}", transactional_id) + ".json"
+    """A file name for any transactional id: safe characters kept, the rest escaped, never a path. An id
+    whose escaped name would pass the file system's name limit (``NAME_MAX``, 255 bytes; Kafka takes ids up
+    to 32,767 bytes) is named ``#<sha-256 of the id>.json`` instead: ``#`` is escaped in every other name,
+    so the two forms never meet, and the file itself holds the id."""
+    name = _SAFE_ID.sub(lambda m: f"%{ord(m.group()):04x}", transactional_id) + ".json"
+    if len(name) <= _NAME_MAX:
+        return name
+    return "#" + hashlib.sha256(transactional_id.encode("utf-8", "surrogatepass")).hexdigest() + ".json"
 
 
 class CoordinatedStore(Protocol):

@@ -242,7 +242,7 @@ def test_a_producer_keeps_sending_after_its_topic_config_changes(store: compactl
     assert store.log_end_offset("events", 0) == 1
 
 
-@pytest.mark.parametrize("timestamp", [-1, 1.5, "now", True])
+@pytest.mark.parametrize("timestamp", [-1, 1.5, "now", True, 2**63, 2**70])
 def test_a_bad_timestamp_is_refused_at_send_and_the_batch_goes_on(
     store: compactlog.Store, timestamp: object
 ) -> None:

@@ -378,8 +378,11 @@ class Log:
 
     # -- reads (:mod:`.reads`) ------------------------------------------------------------------------------
 
-    def check_offset(self, offset: int) -> None:
-        """Raise :class:`~compactlog.errors.OffsetOutOfRangeError` unless ``offset`` is in ``[log start, log end]``."""
+    def check_offset(self, offset: int, end_offset: int | None = None) -> None:
+        """Raise :class:`~compactlog.errors.OffsetOutOfRangeError` unless ``offset`` is in ``[log start, log end]``
+        (:class:`~compactlog.errors.InvalidRequestError` unless it and ``end_offset``, if given, are ints)."""
+        if end_offset is not None:
+            reads.check_offset_type(end_offset, "end_offset")
         with self.locked():
             start, end = self.log_start_offset, self.log_end_offset
         reads.check_offset(offset, start, end, f"{self.topic}-{self.partition}")

@@ -11,6 +11,7 @@ segment that holds none.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -18,7 +19,8 @@ import pyarrow as pa
 
 from ..active_segment import ActiveSegment
 from ..columns import from_numpy, to_numpy
-from ..errors import CorruptSegmentError, OffsetOutOfRangeError
+from ..errors import CorruptSegmentError, InvalidRequestError, OffsetOutOfRangeError
+from ..limits import LONG_MAX, LONG_MIN
 from ..record import CONTROL_NONE
 from ..sealed_segment import SealedSegment
 
@@ -30,8 +32,18 @@ _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 Snapshot = Callable[[], tuple[list[SealedSegment], ActiveSegment]]
 
 
+def check_offset_type(offset: object, what: str) -> int:
+    """``offset`` as an int, or :class:`InvalidRequestError`: an offset is a Java ``long`` (any integer type
+    but ``bool``; never a string, a float or None)."""
+    if isinstance(offset, numbers.Integral) and not isinstance(offset, bool) and LONG_MIN <= int(offset) <= LONG_MAX:
+        return int(offset)
+    raise InvalidRequestError(f"{what} must be an int offset, not {offset!r}")
+
+
 def check_offset(offset: int, log_start_offset: int, log_end_offset: int, name: str) -> None:
-    """Raise :class:`OffsetOutOfRangeError` unless ``offset`` lies in ``[log start, log end]`` of log ``name``."""
+    """Raise :class:`OffsetOutOfRangeError` unless ``offset`` lies in ``[log start, log end]`` of log ``name``
+    (:class:`InvalidRequestError` unless it is an int)."""
+    offset = check_offset_type(offset, "start_offset")
     if offset < log_start_offset or offset > log_end_offset:
         raise OffsetOutOfRangeError(
             f"offset {offset} is out of range for {name}: log start {log_start_offset}, log end {log_end_offset}")
