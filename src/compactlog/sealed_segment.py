@@ -154,8 +154,13 @@ class SegmentWriter:
         self.first_timestamp = -1
         self.max_timestamp = -1
         self.bytes_written = 0
-        self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_statistics=STATISTICS_COLUMNS,
-                                        use_dictionary=DICTIONARY_COLUMNS)
+        try:
+            self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression,
+                                            write_statistics=STATISTICS_COLUMNS, use_dictionary=DICTIONARY_COLUMNS)
+        except BaseException:  # the file is created before its magic is written (which fails on a full disk)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
         # Small writes (a cleaner filters row group by row group) are gathered into full row groups.
         self._pending: list[pa.Table] = []
         self._pending_rows = 0

@@ -1,9 +1,11 @@
 """Injected I/O errors (ENOSPC, EIO) at the log's frame write and fsync (``faults.io_fault``): a failed
 append is not acknowledged, leaves nothing of itself in the active segment, and every acknowledgement
-after it is true (the records are at the offsets returned)."""
+after it is true (the records are at the offsets returned). A roll or clean failing on a full disk, and a
+kill mid-snapshot, leave no temporary file behind."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 import compactlog
-from compactlog import InvalidTxnStateError, KafkaStorageError, faults
+from compactlog import InvalidTxnStateError, KafkaStorageError, faults, sealed_segment
+from compactlog.log.producers import SNAPSHOT_SUFFIX
+from compactlog.segment import segment_name
 from support import FakeClock
 
 FRAME_ROWS = 65_536  # the most rows of one frame of the active segment
@@ -111,3 +115,48 @@ def test_a_transaction_whose_batch_failed_must_abort_and_the_next_one_is_acknowl
     assert [committed[f.result().offset] for f in futures] == [f"new-{i}".encode() for i in range(10)]
     assert not any(v is not None and v.startswith(b"old") for v in committed.values())
     producer.close()
+
+
+def full_disk_on_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parquet writers fail as on a full disk: the file is created, writing its first bytes fails."""
+    def create_then_fail(path: str, *args: object, **kwargs: object) -> None:
+        open(path, "wb").close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sealed_segment.pq, "ParquetWriter", create_then_fail)
+
+
+def leftovers(store: compactlog.Store, topic: str) -> list[str]:
+    directory = Path(store.data_dir) / f"{topic}-0"
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith((".cleaned", ".sealing", ".tmp")))
+
+
+def test_a_roll_and_a_clean_failing_on_a_full_disk_leave_no_empty_file(
+        store: compactlog.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.alter_topic_config("t", {"min.cleanable.dirty.ratio": "0.01"})
+    for _ in range(3):
+        store.append("t", 0, pa.table({"key": [b"a", b"b"], "value": [b"1", b"2"]}))
+        store.roll("t", 0)
+    store.append("t", 0, pa.table({"key": [b"a"], "value": [b"3"]}))
+    full_disk_on_create(monkeypatch)
+    with pytest.raises(KafkaStorageError, match="roll failed"):
+        store.roll("t", 0)
+    assert leftovers(store, "t") == []
+    report = store.clean()
+    assert "No space left" in report.skipped[("t", 0)]
+    assert leftovers(store, "t") == []
+    monkeypatch.undo()
+    assert store.roll("t", 0)
+    assert [r.value for r in store.read("t", 0)][-1] == b"3"
+
+
+def test_a_snapshot_tmp_left_by_a_kill_is_removed_on_open(tmp_path: Path, clock: FakeClock) -> None:
+    with compactlog.open(tmp_path / "data", clock=clock) as store:
+        store.create_topic("t", partitions=1)
+        store.append("t", 0, pa.table({"key": [b"a"], "value": [b"1"]}))
+        store.roll("t", 0)
+        tmp = Path(store.data_dir) / "t-0" / (segment_name(1, SNAPSHOT_SUFFIX) + ".tmp")
+        tmp.write_bytes(b'{"half": ')  # what a kill at log.snapshot-tmp-written leaves
+    with compactlog.open(tmp_path / "data", clock=clock) as store:
+        assert [r.value for r in store.read("t", 0)] == [b"1"]
+        assert not tmp.exists()

@@ -350,7 +350,10 @@ class Log:
         with self.locked():
             if not self._active.size:
                 return False
-            self._roll()
+            try:
+                self._roll()
+            except OSError as e:  # a failed seal removes its file; a roll failing later is recovered on open
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: roll failed: {e}") from e
             return True
 
     def maybe_roll_idle(self, now: int, max_age_ms: int) -> bool:
