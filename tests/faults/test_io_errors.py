@@ -14,6 +14,7 @@ import pytest
 
 import compactlog
 from compactlog import InvalidTxnStateError, KafkaStorageError, faults, sealed_segment
+from compactlog.active_segment import ActiveSegment
 from compactlog.log.producers import SNAPSHOT_SUFFIX
 from compactlog.segment import segment_name
 from support import FakeClock
@@ -160,3 +161,39 @@ def test_a_snapshot_tmp_left_by_a_kill_is_removed_on_open(tmp_path: Path, clock:
     with compactlog.open(tmp_path / "data", clock=clock) as store:
         assert [r.value for r in store.read("t", 0)] == [b"1"]
         assert not tmp.exists()
+
+
+def test_a_frame_torn_by_an_io_error_is_cut_and_the_next_append_follows_it(
+        store: compactlog.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.append("t", 0, pa.table({"key": [b"a"], "value": [b"1"]}))
+    path = Path(store.data_dir) / "t-0" / segment_name(0, ".log")
+    size = path.stat().st_size
+
+    def torn(self: ActiveSegment, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None) -> None:
+        with open(self.path, "ab") as f:
+            f.write(header)  # the header reaches the file, the payload does not
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(ActiveSegment, "append_encoded", torn)
+    with pytest.raises(KafkaStorageError):
+        store.append("t", 0, pa.table({"key": [b"b"], "value": [b"2"]}))
+    monkeypatch.undo()
+    assert path.stat().st_size == size
+    assert store.append("t", 0, pa.table({"key": [b"c"], "value": [b"3"]})).base_offset == 1
+    assert values(store, "t") == {0: b"1", 1: b"3"}
+
+
+def test_a_failed_fsync_at_a_producer_flush_is_raised_and_later_acknowledgements_are_true(
+        store: compactlog.Store) -> None:
+    producer = store.producer(linger_ms=0)
+    first = send_all(producer, "t", "a", 5)
+    faults.arm_io_fault("log.fsync", code="EIO")
+    with pytest.raises(KafkaStorageError, match="fsync failed"):
+        producer.flush()
+    faults.arm_io_fault(None)
+    second = send_all(producer, "t", "b", 5)
+    producer.flush()
+    stored = values(store, "t")
+    for tag, futures in (("a", first), ("b", second)):
+        assert [stored[f.result().offset] for f in futures] == [f"{tag}-{i}".encode() for i in range(5)]
+    producer.close()

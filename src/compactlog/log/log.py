@@ -217,7 +217,9 @@ class Log:
 
     def append(self, rows: pa.RecordBatch | pa.Table, flush: bool = True) -> tuple[int, int]:
         """Append rows (SCHEMA without meaningful offsets: they are assigned here), in order, under the lock.
-        Each frame is all or nothing; rows spanning several frames may keep a prefix after a crash.
+        Each frame is all or nothing; rows spanning several frames may keep a prefix after a crash. An I/O
+        error raises :class:`~compactlog.errors.KafkaStorageError` and cuts the append's frames from the
+        active segment (a prefix sealed by a roll part-way stays, as after a crash).
 
         Returns ``(first_offset, append_time_ms)``. With ``flush`` the rows are fsynced before returning.
 
@@ -267,7 +269,7 @@ class Log:
         not roll meanwhile; else the sealed prefix stays, as after a crash), then reload the segments and
         the producer state from the disk, so that both say the same as the files (the caller holds the lock)."""
         try:
-            if self._active is active and active.size > size:
+            if self._active is active:  # its frames, and the torn bytes of a frame the error cut short
                 with open(active.path, "r+b") as f:
                     f.truncate(size)
                     os.fsync(f.fileno())
