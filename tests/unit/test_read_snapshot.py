@@ -91,3 +91,16 @@ def test_a_read_taken_before_a_swap_reads_the_files_it_snapshotted(store: compac
 def test_offset_for_time_reads_the_pinned_segments(store: compactlog.Store, clock: FakeClock) -> None:
     swap_in_latest(store, (0, SEGMENT_RECORDS))
     assert store.offset_for_time("t", 0, clock.now) == next(iter(store.read("t", 0, 0))).offset == 80
+
+
+def test_a_read_ends_at_the_log_end_it_began_with(store: compactlog.Store) -> None:
+    more = pa.table({"key": [b"x"] * 10, "value": [b"y"] * 10})
+    store.append("t", 0, more)  # the active segment holds records when the read begins
+    end = store.log_end_offset("t", 0)
+    tables = store.read_tables("t", 0, 0, columns=["offset"])
+    first = next(tables)
+    for _ in range(3):  # appends and rolls under the read: the active segment it held is gone
+        store.append("t", 0, more)
+        store.log("t", 0).roll()
+    offsets = first.column("offset").to_pylist() + [o for t in tables for o in t.column("offset").to_pylist()]
+    assert offsets == list(range(end))

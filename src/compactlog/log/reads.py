@@ -3,8 +3,9 @@ offset range check.
 
 A read takes a consistent snapshot of the segment list (the sealed segments and the active one) under
 the partition lock, then reads the files without it, so appends, rolls and the cleaner's swap go on
-meanwhile. The snapshot pins each sealed segment's bytes (:meth:`SealedSegment.pinned`), so a read returns
-what those segments held when it began, however often the cleaner swaps: offsets strictly increase and
+meanwhile. The snapshot pins each sealed segment's bytes (:meth:`SealedSegment.pinned`), and a read without
+an end offset ends at the log end of its first snapshot, so a read returns what the log held when it began
+(and ends, however fast others append), however often the cleaner swaps: offsets strictly increase and
 every record was in the log at that moment. An active segment rolled under a read (its file removed) makes
 the read take a fresh snapshot and go on from the offset after the last one it returned; only
 :data:`READ_RETRIES` such failures in a row without progress give up. Transaction markers (control
@@ -51,6 +52,8 @@ def read_tables(snapshot: Snapshot, directory: str, start_offset: int, end_offse
         before = position
         try:
             sealed, active = snapshot(position, end_offset)
+            if end_offset is None:  # the log end when the read began: it returns the log as it was then
+                end_offset = active.next_offset
             for segment in sealed:
                 if segment.next_offset <= position:
                     continue
