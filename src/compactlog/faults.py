@@ -35,6 +35,9 @@ FAULT_POINTS = (
     "cleaner.before-checkpoint",  # the swap is complete, the checkpoint not yet advanced
     "checkpoint.tmp-written",  # the new checkpoint file is written and fsynced, not yet renamed over the old
     "cleaner.after-checkpoint",  # the checkpoint is advanced
+    "store.delete-checkpoint-cleared",  # delete_topic removed the topic's checkpoints, not yet its metadata
+    "store.delete-metadata-removed",  # delete_topic removed the metadata, not yet renamed any partition directory
+    "store.delete-partition-renamed",  # one partition directory renamed -delete, not yet removed
 )
 
 # Every I/O point: where a write or an fsync may fail with an injected OSError.

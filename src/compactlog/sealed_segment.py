@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import mmap
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -57,6 +58,28 @@ class SealedSegment:
         # The transaction index: aborted transactions whose ABORT marker is in this segment.
         self.aborted: tuple[AbortedTxn, ...] = ()
         self.inode = inode
+        # The file's bytes when a read pinned them (:meth:`pinned`); reads then never open ``path``.
+        self.source: pa.Buffer | None = None
+
+    def pinned(self) -> SealedSegment:
+        """This segment with its file's bytes held by a read-only mapping, read through it from then on:
+        the cleaner's swap may then rename, replace or delete ``path`` and the bytes stay those of the file
+        this segment's metadata describes (an unlinked file's mapping stays readable, on POSIX). Raises
+        FileNotFoundError if ``path`` is no longer that file."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_ino != self.inode:
+                raise FileNotFoundError(f"{self.path} was replaced")
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        segment = SealedSegment(self.path, self.meta, self.inode)
+        segment.aborted = self.aborted
+        segment.source = pa.py_buffer(mapped)
+        return segment
+
+    def _file(self) -> pq.ParquetFile:
+        return pq.ParquetFile(self.path if self.source is None else pa.BufferReader(self.source))
 
     @property
     def base_offset(self) -> int:
@@ -113,7 +136,7 @@ class SealedSegment:
     def read_from_time(self, timestamp_ms: int, columns: list[str]) -> Iterator[pa.Table]:
         """The row groups, in order, whose newest timestamp is at least ``timestamp_ms`` (by the
         ``timestamp`` column statistics; a group without statistics is read)."""
-        with pq.ParquetFile(self.path) as file:
+        with self._file() as file:
             metadata = file.metadata
             for i in range(metadata.num_row_groups):
                 stats = metadata.row_group(i).column(SCHEMA.get_field_index("timestamp")).statistics
@@ -126,10 +149,10 @@ class SealedSegment:
         """Rows with offsets in ``[start_offset, end_offset)``; the whole segment when both are None."""
         if (start_offset is None or start_offset <= self.base_offset) and (
                 end_offset is None or end_offset >= self.next_offset):
-            return read_parquet(self.path, columns)
+            return read_parquet(self.path if self.source is None else self.source, columns)
         start = start_offset if start_offset is not None else self.base_offset
         read_columns = columns if columns is None or "offset" in columns else ["offset", *columns]
-        with pq.ParquetFile(self.path) as file:
+        with self._file() as file:
             groups = self.row_groups_for_offsets(file, start, end_offset)
             table = file.read_row_groups(groups, columns=read_columns) if groups else (
                 SCHEMA.empty_table().select(read_columns) if read_columns else SCHEMA.empty_table())
@@ -323,13 +346,18 @@ _readers: ThreadPoolExecutor | None = None
 _readers_lock = threading.Lock()
 
 
-def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
-    """A whole Parquet file (or its ``columns``), row groups decoded in parallel as ``pq.read_table`` does.
+def read_parquet(path: str | pa.Buffer, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file (or its ``columns``; ``path`` may be the file's bytes), row groups decoded in
+    parallel as ``pq.read_table`` does.
     Not ``pq.read_table`` itself: it goes through ``pyarrow.dataset``, whose import brings pandas in (see
     :mod:`compactlog.columns`). Measured on a 5M-record segment: 0.28 s in four runs, 0.35 s in one, 0.26 s
     ``pq.read_table``."""
     global _readers
-    with pq.ParquetFile(path) as file:
+
+    def open_file() -> pq.ParquetFile:
+        return pq.ParquetFile(path if isinstance(path, str) else pa.BufferReader(path))
+
+    with open_file() as file:
         count = file.metadata.num_row_groups
         if count < 2:
             return file.read(columns=columns)
@@ -340,7 +368,7 @@ def read_parquet(path: str, columns: list[str] | None = None) -> pa.Table:
             _readers = ThreadPoolExecutor(READ_PARTS, thread_name_prefix="compactlog-read")
 
     def read(groups: list[int]) -> pa.Table:
-        with pq.ParquetFile(path) as file:  # one reader per thread: a reader is not thread-safe
+        with open_file() as file:  # one reader per thread: a reader is not thread-safe
             return file.read_row_groups(groups, columns=columns)
 
     return pa.concat_tables(list(_readers.map(read, runs)))

@@ -32,6 +32,7 @@ from .columns import from_numpy, to_numpy
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
 from .data_dir import TOPICS_DIR, open_data_dir, read_only_error
 from .errors import ConfigError, InvalidTopicError, StoreClosedError, TopicExistsError, UnknownTopicOrPartitionError
+from .faults import fault_point
 from .log import Log, fsync_dir
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition
 from .producer_state import aborted_mask
@@ -176,6 +177,8 @@ class Store:
                 shutil.rmtree(directory)
             os.makedirs(directory)
         fsync_dir(self.data_dir)
+        if any(tp[0] == name for tp in self.checkpoint.read()):  # left by a deletion that crashed
+            self.checkpoint.update(keep=lambda tp: tp[0] != name)
         write_topic_metadata(self._meta_path(name), name, partitions, {k: parsed.get(k) for k in overrides},
                              uuid.uuid4().hex)
 
@@ -205,10 +208,19 @@ class Store:
         return self._meta(topic).config
 
     def delete_topic(self, topic: str) -> None:
+        """Delete a topic, in a crash-safe order: its cleaner checkpoints first (a checkpoint left behind
+        would count a re-created topic's first offsets as cleaned, so its tombstones would expire while the
+        values they delete stay), then its metadata (the topic is gone), then its partition directories,
+        renamed ``-delete`` and removed (a crash leaves ``-delete`` directories, removed at open, or
+        directories without a topic, which :meth:`create_topic` replaces)."""
         self.check_writable(f"delete topic {topic!r}")
         meta = self._meta(topic)
+        self.checkpoint.update(remove=[(topic, p) for p in range(meta.partitions)])
+        fault_point("store.delete-checkpoint-cleared")
         os.unlink(self._meta_path(topic))
         fsync_dir(os.path.join(self.data_dir, TOPICS_DIR))
+        self._topics.pop(topic, None)
+        fault_point("store.delete-metadata-removed")
         for partition in range(meta.partitions):
             log = self._logs.pop((topic, partition), None)
             if log is not None:
@@ -219,9 +231,8 @@ class Store:
                 doomed = os.path.join(self.data_dir,
                                       f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
                 os.replace(directory, doomed)
+                fault_point("store.delete-partition-renamed")
                 shutil.rmtree(doomed, ignore_errors=True)
-        self._topics.pop(topic, None)
-        self.checkpoint.update(remove=[(topic, p) for p in range(meta.partitions)])
 
     # -- partitions --------------------------------------------------------------------------------------
 

@@ -178,6 +178,15 @@ def test_deleted_topic_can_be_created_again_empty(store: compactlog.Store) -> No
     assert list(store.read("prices", 0)) == []
 
 
+def test_create_topic_drops_checkpoints_left_by_an_earlier_topic_of_its_name(store: compactlog.Store) -> None:
+    # As a deletion killed after its metadata went, or a cleaner of the old topic finishing late, leaves
+    # them: kept, they would count the new topic's first offsets as cleaned.
+    store.create_topic("prices-1")
+    store.checkpoint.update(add={("prices", 0): 10002, ("prices", 3): 7, ("prices-1", 0): 5})
+    store.create_topic("prices")
+    assert store.checkpoint.read() == {("prices-1", 0): 5}
+
+
 def test_delete_unknown_topic_raises(store: compactlog.Store) -> None:
     with pytest.raises(UnknownTopicOrPartitionError):
         store.delete_topic("prices")

@@ -193,9 +193,14 @@ class Log:
         with self.locked():
             return list(self._sealed)
 
-    def snapshot(self) -> tuple[list[SealedSegment], ActiveSegment]:
+    def snapshot(self, start_offset: int = 0,
+                 end_offset: int | None = None) -> tuple[list[SealedSegment], ActiveSegment]:
+        """The segment list as of now for a read of ``[start_offset, end_offset)``: the sealed segments that
+        hold offsets there, each pinned (:meth:`SealedSegment.pinned`) under the lock, so a swap or retention
+        after this cannot change what the read sees in them; and the active segment."""
         with self.locked():
-            return list(self._sealed), self._active
+            return [s.pinned() for s in self._sealed if s.next_offset > start_offset
+                    and (end_offset is None or s.base_offset < end_offset)], self._active
 
     # -- offsets and metadata --------------------------------------------------------------------------
 

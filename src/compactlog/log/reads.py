@@ -3,8 +3,12 @@ offset range check.
 
 A read takes a consistent snapshot of the segment list (the sealed segments and the active one) under
 the partition lock, then reads the files without it, so appends, rolls and the cleaner's swap go on
-meanwhile. A file that vanishes under a read (a roll or a swap replaced it) makes the read take a fresh
-snapshot and go on from where it was, at most :data:`READ_RETRIES` times. Transaction markers (control
+meanwhile. The snapshot pins each sealed segment's bytes (:meth:`SealedSegment.pinned`), and a read without
+an end offset ends at the log end of its first snapshot, so a read returns what the log held when it began
+(and ends, however fast others append), however often the cleaner swaps: offsets strictly increase and
+every record was in the log at that moment. An active segment rolled under a read (its file removed) makes
+the read take a fresh snapshot and go on from the offset after the last one it returned; only
+:data:`READ_RETRIES` such failures in a row without progress give up. Transaction markers (control
 rows) are dropped unless asked for; ``control_type`` is read only to drop them, and not at all from a
 segment that holds none.
 """
@@ -28,8 +32,10 @@ READ_RETRIES = 5
 # The columns offset_for_time reads.
 _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
-# The segment list as of one moment, taken under the partition lock: the sealed segments and the active one.
-Snapshot = Callable[[], tuple[list[SealedSegment], ActiveSegment]]
+# The segment list as of one moment for a read of [start, end), taken under the partition lock: the sealed
+# segments holding offsets there, pinned (their bytes stay readable whatever a swap or retention does to their
+# files, as Kafka's file.delete.delay.ms intends), and the active one.
+Snapshot = Callable[[int, int | None], tuple[list[SealedSegment], ActiveSegment]]
 
 
 def check_offset_type(offset: object, what: str) -> int:
@@ -53,9 +59,13 @@ def read_tables(snapshot: Snapshot, directory: str, start_offset: int, end_offse
                 columns: list[str] | None = None, include_control: bool = False) -> Iterator[pa.Table]:
     """Tables of rows in ``[start_offset, end_offset)`` in offset order, one or more per segment."""
     position = start_offset
-    for _ in range(READ_RETRIES):
-        sealed, active = snapshot()
+    failures = 0
+    while failures < READ_RETRIES:
+        before = position
         try:
+            sealed, active = snapshot(position, end_offset)
+            if end_offset is None:  # the log end when the read began: it returns the log as it was then
+                end_offset = active.next_offset
             for segment in sealed:
                 if segment.next_offset <= position:
                     continue
@@ -77,7 +87,8 @@ def read_tables(snapshot: Snapshot, directory: str, start_offset: int, end_offse
                     yield _finish(table, columns, include_control, active.control_count)
             return
         except FileNotFoundError:
-            continue  # a roll or swap replaced a file under us: re-snapshot and go on from `position`
+            # A roll replaced the active segment under us: re-snapshot and go on from `position`.
+            failures = 0 if position > before else failures + 1
     raise CorruptSegmentError(f"{directory}: segments kept changing during a read")
 
 
@@ -87,8 +98,8 @@ def offset_for_time(snapshot: Snapshot, directory: str, timestamp_ms: int) -> in
     Only the first segment whose newest timestamp reaches ``timestamp_ms`` can hold it (every earlier
     record is older), and inside it only the row groups (or frames) whose newest timestamp does."""
     for _ in range(READ_RETRIES):
-        sealed, active = snapshot()
         try:
+            sealed, active = snapshot(0, None)
             for segment in sealed:
                 if segment.meta.max_timestamp < timestamp_ms or not segment.meta.record_count:
                     continue
@@ -103,7 +114,7 @@ def offset_for_time(snapshot: Snapshot, directory: str, timestamp_ms: int) -> in
                     return found
             return None
         except FileNotFoundError:
-            continue  # a roll or swap replaced a file under us: look again
+            continue  # a roll replaced the active segment under us: look again
     raise CorruptSegmentError(f"{directory}: segments kept changing during a search")
 
 
