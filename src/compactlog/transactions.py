@@ -2,7 +2,8 @@
 
 Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flock`` on ``.lock``):
 
-* ``producer-ids``: the next producer id to hand out (a decimal number);
+* ``producer-ids``: the next producer id to hand out, ``<decimal number> <CRC32 of it, 8 hex digits>``
+  (a file of the number alone, written before the checksum, is still read);
 * ``<transactional id>.json`` (the id escaped into a safe file name): ``{"transactional_id",
   "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition the id ever wrote
   to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms",
@@ -45,11 +46,17 @@ import json
 import os
 import re
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import InvalidTransactionTimeoutError, ProducerFencedError, UnknownTopicOrPartitionError
+from .errors import (
+    CorruptTransactionStateError,
+    InvalidTransactionTimeoutError,
+    ProducerFencedError,
+    UnknownTopicOrPartitionError,
+)
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -100,6 +107,23 @@ def transaction_expired(now_ms: int, txn_start_ms: int, timeout_ms: int) -> bool
     return now_ms - txn_start_ms > timeout_ms
 
 
+def format_producer_ids(next_id: int) -> str:
+    """The ``producer-ids`` file's text for ``next_id``."""
+    return f"{next_id} {zlib.crc32(str(next_id).encode()):08x}\n"
+
+
+def parse_producer_ids(data: bytes) -> int:
+    """The next producer id a ``producer-ids`` file holds; ValueError for a damaged one."""
+    fields = data.split()
+    if not fields:
+        return 0
+    if not fields[0].isdigit() or len(fields) > 2:
+        raise ValueError(f"not a producer id: {data[:40]!r}")
+    if len(fields) == 2 and fields[1] != b"%08x" % zlib.crc32(fields[0]):
+        raise ValueError("checksum mismatch")
+    return int(fields[0])
+
+
 def _file_name(transactional_id: str) -> str:
     """A file name for any transactional id: safe characters kept, the rest escaped, never a path."""
     return _SAFE_ID.sub(lambda m: f"%{ord(m.group()):04x}", transactional_id) + ".json"
@@ -148,11 +172,13 @@ class TransactionCoordinator:
     def _next_producer_id(self) -> int:
         path = os.path.join(self.directory, "producer-ids")
         try:
-            with open(path, encoding="utf-8") as f:
-                next_id = int(f.read().strip() or 0)
+            with open(path, "rb") as f:
+                next_id = parse_producer_ids(f.read())
         except FileNotFoundError:
             next_id = 0
-        self._write("producer-ids", str(next_id + 1))
+        except ValueError as e:
+            raise CorruptTransactionStateError(f"cannot read {path}: {e}") from e
+        self._write("producer-ids", format_producer_ids(next_id + 1))
         return next_id
 
     def _load(self, transactional_id: str) -> TransactionMetadata | None:
