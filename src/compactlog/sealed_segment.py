@@ -222,7 +222,12 @@ class SealedSegment:
         start = start_offset if start_offset is not None else self.base_offset
         read_columns = columns if columns is None or "offset" in columns else ["offset", *columns]
         if start <= self.base_offset and (end_offset is None or end_offset >= self.next_offset):
-            table = read_parquet(self.path, read_columns)
+            try:
+                table = _read_parquet(self.path, read_columns)
+            except FileNotFoundError:
+                raise
+            except READ_ERRORS as e:
+                raise self.corrupt(e) from e
             if table.num_rows != self.meta.record_count:
                 raise self.corrupt(f"{table.num_rows} rows, footer says {self.meta.record_count}")
             table = self.verified(table)
