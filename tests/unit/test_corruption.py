@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import compactlog
-from compactlog.errors import CompactLogError, ConfigError, CorruptSegmentError, CorruptTransactionStateError
+from compactlog.errors import (
+    CompactLogError,
+    ConfigError,
+    CorruptSegmentError,
+    CorruptTopicMetadataError,
+    CorruptTransactionStateError,
+)
 from compactlog.record import SCHEMA, to_rows
 from compactlog.sealed_segment import SealedSegment, write_sealed
 from compactlog.segment import segment_name
@@ -209,3 +215,26 @@ def test_server_properties_not_utf8_is_a_config_error_naming_the_file(tmp_path: 
     with pytest.raises(ConfigError, match=re.escape(str(path))) as info:
         compactlog.open(str(tmp_path / "data"))
     assert isinstance(info.value, CompactLogError)
+
+
+def test_a_changed_digit_in_topic_metadata_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    store = compactlog.open(str(tmp_path / "data"), clock=FakeClock())
+    store.create_topic("t", 1, {"segment.bytes": 65536})
+    store.close()
+    path = tmp_path / "data" / ".topics" / "t.json"
+    original = path.read_text()
+    path.write_text(original.replace('"partitions": 1', '"partitions": 3'))
+    with pytest.raises(CorruptTopicMetadataError, match=re.escape(str(path))):
+        compactlog.open(str(tmp_path / "data")).partitions("t")
+    path.write_text(original.replace("segment.bytes", "segment.bytez"))
+    with pytest.raises(CompactLogError, match=re.escape(str(path))):
+        compactlog.open(str(tmp_path / "data")).topic_config("t")
+
+
+def test_topic_metadata_written_before_the_checksum_still_reads(tmp_path: Path) -> None:
+    store = compactlog.open(str(tmp_path / "data"), clock=FakeClock())
+    store.create_topic("t", 1)
+    store.close()
+    path = tmp_path / "data" / ".topics" / "t.json"
+    path.write_text(re.sub(r'"checksum": \d+, ', "", path.read_text()).replace('"partitions": 1', '"partitions": 2'))
+    assert compactlog.open(str(tmp_path / "data")).partitions("t") == 2
