@@ -115,9 +115,7 @@ def format_producer_ids(next_id: int) -> str:
 def parse_producer_ids(data: bytes) -> int:
     """The next producer id a ``producer-ids`` file holds; ValueError for a damaged one."""
     fields = data.split()
-    if not fields:
-        return 0
-    if not fields[0].isdigit() or len(fields) > 2:
+    if not fields or not fields[0].isdigit() or len(fields) > 2:  # written whole (renamed), so never empty
         raise ValueError(f"not a producer id: {data[:40]!r}")
     if len(fields) == 2 and fields[1] != b"%08x" % zlib.crc32(fields[0]):
         raise ValueError("checksum mismatch")

@@ -193,7 +193,7 @@ def test_garbage_producer_ids_is_an_error_naming_the_file(tmp_path: Path) -> Non
         producer.send("t", key=b"k", value=b"v")
     path = tmp_path / "data" / ".transactions" / "producer-ids"
     text = path.read_text()
-    for damaged in (b"\x9c\xff garbage", text.replace(text[0], str((int(text[0]) + 1) % 10), 1).encode()):
+    for damaged in (b"\x9c\xff garbage", b"", text.replace(text[0], str((int(text[0]) + 1) % 10), 1).encode()):
         path.write_bytes(damaged)
         with pytest.raises(CorruptTransactionStateError, match=re.escape(str(path))):
             store.transactions.init_producer(None, 60000)
