@@ -155,6 +155,10 @@ class SealedSegment:
             raise CorruptSegmentError(
                 f"{path}: {meta_data.num_rows} rows but metadata says {meta.record_count}, "
                 f"range [{meta.base_offset}, {meta.next_offset})")
+        stored = meta_data.schema.to_arrow_schema()
+        if [(f.name, f.type) for f in stored] != [(f.name, f.type) for f in SCHEMA]:
+            raise CorruptSegmentError(f"{path}: columns {stored.names} are not a segment's, offsets "
+                                      f"[{meta.base_offset}, {meta.next_offset})")
         try:
             groups = footer_row_groups(meta_data)
         except CorruptSegmentError as e:
