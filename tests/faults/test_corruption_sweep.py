@@ -166,8 +166,10 @@ class _Warnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def classify(root: Path, kind: str, path: Path, expected: dict[str, Any]) -> str:
-    """Open the damaged store at ``root`` and say what it gave (see the module docstring)."""
+def classify(root: Path, kind: str, path: Path, expected: dict[str, Any], boundaries: list[int]) -> str:
+    """Open the damaged store at ``root`` and say what it gave (see the module docstring). ``boundaries``:
+    where the frames of the undamaged active segment start and end."""
+    cut_at_boundary = path.stat().st_size in boundaries[:-1]  # a truncation no recovery needs to see
     warnings = _Warnings()
     logger = logging.getLogger("compactlog")
     logger.addHandler(warnings)
@@ -181,8 +183,7 @@ def classify(root: Path, kind: str, path: Path, expected: dict[str, Any]) -> str
         logger.removeHandler(warnings)
     if got == expected:
         return "recovered" if warnings.messages else "same"
-    if kind == "active" and _is_prefix(got, expected) and (
-            warnings.messages or path.stat().st_size in frame_boundaries(path)):
+    if kind == "active" and _is_prefix(got, expected) and (warnings.messages or cut_at_boundary):
         return "tail"
     if kind not in CHECKED_KINDS and got["uncommitted"] == expected["uncommitted"] and (
             got["committed"] == expected["committed"]):
@@ -214,12 +215,13 @@ def sweep(work: Path) -> dict[str, Counter[str]]:
     for kind, golden_path in file_kinds(golden).items():
         counts[kind] = Counter()
         relative = golden_path.relative_to(golden)
+        boundaries = frame_boundaries(golden_path) if kind == "active" else []
         for _, damage in mutations(kind, golden_path):
             shutil.rmtree(case, ignore_errors=True)
             shutil.copytree(golden, case)
             path = case / relative
             path.write_bytes(damage(golden_path.read_bytes()))
-            counts[kind][classify(case, kind, path, expected)] += 1
+            counts[kind][classify(case, kind, path, expected, boundaries)] += 1
     return counts
 
 
