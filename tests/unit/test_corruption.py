@@ -238,3 +238,20 @@ def test_topic_metadata_written_before_the_checksum_still_reads(tmp_path: Path) 
     path = tmp_path / "data" / ".topics" / "t.json"
     path.write_text(re.sub(r'"checksum": \d+, ', "", path.read_text()).replace('"partitions": 1', '"partitions": 2'))
     assert compactlog.open(str(tmp_path / "data")).partitions("t") == 2
+
+
+def test_cleaner_checks_the_footer_again_before_it_rewrites(tmp_path: Path) -> None:
+    store, path = _store_with_sealed_segment(tmp_path / "data")
+    store.describe("t")  # the log is open: its segment list read the footer undamaged
+    table = pq.read_table(path)
+    kv = dict(pq.read_metadata(path).metadata)
+    kv[b"compactlog.control_count"] = b"1"  # damaged since: only the footer CRC sees it
+    pq.write_table(table.replace_schema_metadata(kv), path)
+    damaged = path.read_bytes()
+    try:
+        store.clean(force=True)
+    except CorruptSegmentError as e:
+        assert str(path) in str(e)
+    assert path.read_bytes() == damaged
+    assert not list(path.parent.glob("*.cleaned")) and not list(path.parent.glob("*.swap"))
+    store.close()

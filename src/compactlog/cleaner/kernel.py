@@ -40,7 +40,7 @@ from ..columns import from_numpy, is_null, to_numpy
 from ..errors import CorruptSegmentError
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_NONE
-from ..sealed_segment import READ_ERRORS, offsets_problem, open_parquet, read_parquet
+from ..sealed_segment import READ_ERRORS, SealedSegment, offsets_problem, open_parquet, read_parquet
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 
@@ -289,6 +289,9 @@ def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[
 def _row_groups(segments: Sequence[SegmentFile], newest_first: bool = False
                 ) -> Iterator[tuple[SegmentFile, int, pq.ParquetFile, int]]:
     for segment in reversed(segments) if newest_first else segments:
+        # The footer is checked again (its CRC, ranges and schema): a round never rewrites a segment it
+        # cannot verify, even one damaged since the log opened it.
+        SealedSegment.open(segment.path, segment.base_offset)
         try:
             file = open_parquet(segment.path)
         except READ_ERRORS as e:
