@@ -8,14 +8,18 @@ default in every row (:data:`OMITTABLE_DEFAULTS`: no headers, no producer id, no
 transactional, a data record, no delete horizon), so it is not stored: ordinary records then cost little
 more than their offset, timestamp, key and value. The CRC covers the header after the CRC field and the
 payload. A frame is valid only if it is whole, its CRC matches and its offsets continue the previous
-frame's; recovery (:meth:`ActiveSegment.scan`) truncates the file at the first invalid frame (Kafka's
-torn-tail recovery). Frames of the first format (``magic "CLB1"``, a 44-byte header without the mask, the
-reserved field and the row count; every column stored) are still read.
+frame's. Recovery (:meth:`ActiveSegment.scan`) truncates the file at the first invalid frame when no valid
+frame follows it (a torn tail, Kafka's recovery), and logs what it dropped (logger ``compactlog``); an
+invalid frame followed by a valid one (found by searching the rest of the file for a frame magic whose CRC
+matches) is damage, not a torn write: :class:`CorruptSegmentError`, and nothing is truncated. Frames of
+the first format (``magic "CLB1"``, a 44-byte header without the mask, the reserved field and the row
+count; every column stored) are still read.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import struct
 import zlib
@@ -59,6 +63,7 @@ OMITTABLE_DEFAULTS: dict[int, object] = {
 _CONTROL_BIT = 1 << SCHEMA.get_field_index("control_type")
 _ALL_COLUMNS = (1 << len(SCHEMA)) - 1
 _stored_schemas: dict[int, tuple[pa.Schema, list[int]]] = {}
+_log = logging.getLogger("compactlog")
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +271,27 @@ class ActiveSegment:
                 self._add_frame(frame, batch)
                 position = end
         invalid = file_size - self.size
+        if invalid:
+            self._check_torn_tail(file_size)
         if invalid and truncate:
+            _log.warning("%s: truncating %d bytes after offset %d at byte %d (a torn or corrupt tail)",
+                         self.path, invalid, self.next_offset - 1, self.size)
             with open(self.path, "r+b") as f:
                 f.truncate(self.size)
                 os.fsync(f.fileno())
         return invalid
+
+    def _check_torn_tail(self, file_size: int) -> None:
+        """Raise :class:`CorruptSegmentError` when a frame with a matching CRC lies after the first invalid
+        byte (``self.size``): the invalid bytes are damage inside the file, not a torn tail."""
+        with open(self.path, "rb") as f:
+            f.seek(self.size)
+            rest = f.read(file_size - self.size)
+        found = _next_valid_frame(rest, 1)
+        if found is not None:
+            raise CorruptSegmentError(
+                f"{self.path}: invalid frame at byte {self.size} (after offset {self.next_offset - 1}) followed "
+                f"by a valid frame at byte {self.size + found}; not truncating")
 
     def _add_frame(self, frame: FrameInfo, batch: pa.RecordBatch | None) -> None:
         """Account for a frame; ``batch`` (its rows) is needed only when the frame stores control types."""
@@ -335,6 +356,27 @@ class ActiveSegment:
     def to_table(self) -> pa.Table:
         batches = list(self.read_batches(self.base_offset))
         return pa.Table.from_batches(batches, SCHEMA) if batches else SCHEMA.empty_table()
+
+
+def _next_valid_frame(data: bytes, start: int) -> int | None:
+    """The position in ``data`` of the first whole frame at or after ``start`` whose CRC matches, or None."""
+    candidates = []
+    for magic in (FRAME_MAGIC, LEGACY_FRAME_MAGIC):
+        position = data.find(magic, start)
+        while position >= 0:
+            candidates.append(position)
+            position = data.find(magic, position + 1)
+    for position in sorted(candidates):
+        legacy = data[position:position + 4] == LEGACY_FRAME_MAGIC
+        header_size = _LEGACY_HEADER.size if legacy else FRAME_HEADER_SIZE
+        if position + header_size > len(data):
+            continue
+        length, crc = struct.unpack_from("<II", data, position + 4)
+        end = position + header_size + length
+        if end <= len(data) and zlib.crc32(data[position + header_size:end],
+                                           zlib.crc32(data[position + _CRC_START:position + header_size])) == crc:
+            return position
+    return None
 
 
 def _read_payload(fd: int, frame: FrameInfo) -> bytes:

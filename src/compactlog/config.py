@@ -483,12 +483,10 @@ def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
     """The config of a data directory: ``<data_dir>/server.properties``, or the defaults if it is absent."""
     path = Path(data_dir) / "server.properties"
     try:
-        text = path.read_text(encoding="utf-8")
+        return BrokerConfig.from_properties(parse_properties(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         return BrokerConfig()
-    try:
-        return BrokerConfig.from_properties(parse_properties(text))
-    except ConfigError as exc:
+    except (ConfigError, OSError, UnicodeDecodeError) as exc:  # also a directory, unreadable, not UTF-8
         raise ConfigError(f"{path}: {exc}") from exc
 
 

@@ -103,3 +103,7 @@ class KafkaStorageError(CompactLogError, OSError):
 class InvalidRequestError(CompactLogError, ValueError):
     """A call whose arguments are not of the kind it takes (a read offset that is not an int, a column that
     does not exist), as Kafka's ``InvalidRequestException``."""
+
+
+class CorruptTransactionStateError(CompactLogError):
+    """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""

@@ -13,13 +13,15 @@ offset of its open transaction, if any. It decides, before an append, whether a 
 The last stable offset (LSO) is the first offset of the oldest open transaction, else the log end.
 Completed aborts are reported so the log can index them in the segment holding the ABORT marker.
 
-The state is a value that can be rebuilt: a snapshot (JSON) is written at every roll and the state is
-rebuilt from the newest snapshot plus the rows appended after it (:meth:`ProducerStateManager.apply`).
+The state is a value that can be rebuilt: a snapshot (JSON after a checksum line) is written at every roll
+and the state is rebuilt from the newest snapshot plus the rows appended after it
+(:meth:`ProducerStateManager.apply`).
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,8 @@ from .errors import OutOfOrderSequenceError, ProducerFencedError
 from .limits import INT_MAX
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_PRODUCER_ID
 
+# The first line of a snapshot file, before the CRC32 of the JSON that follows it.
+SNAPSHOT_MAGIC = b"CLPS1"
 BATCHES_KEPT = 5
 
 
@@ -202,11 +206,19 @@ class ProducerStateManager:
     # -- snapshots ---------------------------------------------------------------------------------------
 
     def to_snapshot(self) -> bytes:
-        return json.dumps({"version": 0, "next_offset": self.next_offset,
+        """The snapshot file's bytes: ``CLPS1 <crc32 of the rest, 8 hex digits>\n`` then the state as JSON."""
+        body = json.dumps({"version": 0, "next_offset": self.next_offset,
                            "producers": [e.to_json() for e in self.entries.values()]}).encode()
+        return SNAPSHOT_MAGIC + b" %08x\n" % zlib.crc32(body) + body
 
     @classmethod
     def from_snapshot(cls, data: bytes) -> ProducerStateManager:
+        """The state a snapshot holds; ValueError for a damaged one. A snapshot without the checksum line
+        (written before it existed) is bare JSON, read unchecked."""
+        if data.startswith(SNAPSHOT_MAGIC):
+            header, _, data = data.partition(b"\n")
+            if header != SNAPSHOT_MAGIC + b" %08x" % zlib.crc32(data):
+                raise ValueError("producer snapshot checksum mismatch")
         raw = json.loads(data)
         state = cls()
         state.next_offset = raw["next_offset"]

@@ -1,9 +1,10 @@
 """A topic's metadata file ``<data-dir>/.topics/<topic>.json`` and the rules for topic names.
 
-Format: ``{"name", "partitions", "config": {overrides by Kafka name}, "topic_id"}`` (the id is new at every
-creation, so a store can tell a re-created topic from the one it had open; files written before ids existed
-have none). The file is written to a temporary file, fsynced and renamed: creating it is the moment a topic
-exists, removing it the moment it is deleted. A file that cannot be read as this format is a
+Format: ``{"name", "partitions", "config": {overrides by Kafka name}, "topic_id", "checksum"}`` (the id is
+new at every creation, so a store can tell a re-created topic from the one it had open; files written before
+ids existed have none; ``checksum`` is the CRC32 of the other fields as sorted-key JSON, and files written
+before it are read unchecked). The file is written to a temporary file, fsynced and renamed: creating it is
+the moment a topic exists, removing it the moment it is deleted. A file that cannot be read as this format is a
 :class:`CorruptTopicMetadataError` naming it, raised when that topic is used; other topics are unaffected.
 
 Names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``; and two names that differ
@@ -17,12 +18,13 @@ import json
 import os
 import re
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .config import BrokerConfig, TopicConfig, topic_config
-from .errors import CorruptTopicMetadataError, InvalidTopicError
+from .errors import ConfigError, CorruptTopicMetadataError, InvalidTopicError
 from .segment import fsync_path
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -75,11 +77,21 @@ def read_topic_metadata(path: str, topic: str, broker: BrokerConfig, stamp: tupl
             raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
         if not isinstance(overrides, dict) or not (topic_id is None or isinstance(topic_id, str)):
             raise ValueError("config must be an object and topic_id a string")
+        if "checksum" in raw and raw.pop("checksum") != _checksum(raw):  # files written before it have none
+            raise ValueError("checksum mismatch")
     except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise CorruptTopicMetadataError(
             f"topic {topic!r}: cannot read its metadata file {path}: {type(e).__name__}: {e}") from e
-    # A config the broker's defaults now refuse is a ConfigError, not corruption.
-    return TopicMetadata(topic, partitions, dict(overrides), topic_config(overrides, broker), stamp, topic_id)
+    try:  # a config the broker's defaults now refuse is a ConfigError, not corruption
+        config = topic_config(overrides, broker)
+    except ConfigError as e:
+        raise ConfigError(f"topic {topic!r} ({path}): {e}") from e
+    return TopicMetadata(topic, partitions, dict(overrides), config, stamp, topic_id)
+
+
+def _checksum(meta: Mapping[str, Any]) -> int:
+    """CRC32 of the metadata (every field but the checksum) as sorted-key JSON."""
+    return zlib.crc32(json.dumps(meta, sort_keys=True).encode())
 
 
 def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
@@ -88,7 +100,7 @@ def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapp
     tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
-        json.dump(meta, f, sort_keys=True)
+        json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -2,7 +2,8 @@
 
 Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flock`` on ``.lock``):
 
-* ``producer-ids``: the next producer id to hand out (a decimal number);
+* ``producer-ids``: the next producer id to hand out, ``<decimal number> <CRC32 of it, 8 hex digits>``
+  (a file of the number alone, written before the checksum, is still read);
 * ``<transactional id>.json`` (the id escaped into a safe file name; a long id hashed, :func:`_file_name`):
   ``{"transactional_id", "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition
   the id ever wrote to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms",
@@ -46,11 +47,17 @@ import json
 import os
 import re
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import InvalidTransactionTimeoutError, ProducerFencedError, UnknownTopicOrPartitionError
+from .errors import (
+    CorruptTransactionStateError,
+    InvalidTransactionTimeoutError,
+    ProducerFencedError,
+    UnknownTopicOrPartitionError,
+)
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -102,6 +109,21 @@ def transaction_expired(now_ms: int, txn_start_ms: int, timeout_ms: int) -> bool
     return now_ms - txn_start_ms > timeout_ms
 
 
+def format_producer_ids(next_id: int) -> str:
+    """The ``producer-ids`` file's text for ``next_id``."""
+    return f"{next_id} {zlib.crc32(str(next_id).encode()):08x}\n"
+
+
+def parse_producer_ids(data: bytes) -> int:
+    """The next producer id a ``producer-ids`` file holds; ValueError for a damaged one."""
+    fields = data.split()
+    if not fields or not fields[0].isdigit() or len(fields) > 2:  # written whole (renamed), so never empty
+        raise ValueError(f"not a producer id: {data[:40]!r}")
+    if len(fields) == 2 and fields[1] != b"%08x" % zlib.crc32(fields[0]):
+        raise ValueError("checksum mismatch")
+    return int(fields[0])
+
+
 def _file_name(transactional_id: str) -> str:
     """A file name for any transactional id: safe characters kept, the rest escaped, never a path. An id
     whose escaped name would pass the file system's name limit (``NAME_MAX``, 255 bytes; Kafka takes ids up
@@ -126,12 +148,25 @@ class CoordinatedStore(Protocol):
     def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int: ...
 
 
+def read_transaction_state(path: str) -> TransactionMetadata:
+    """One ``<transactional id>.json``; FileNotFoundError if there is none, CorruptTransactionStateError
+    naming the file if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return TransactionMetadata.from_json(json.load(f))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError and JSON errors are ValueErrors
+        raise CorruptTransactionStateError(f"cannot read transaction state {path}: {type(e).__name__}: {e}") from e
+
+
 class TransactionCoordinator:
     """Producer ids and transactions of one store."""
 
     def __init__(self, store: CoordinatedStore) -> None:
         self.store = store
         self.directory = os.path.join(store.data_dir, TXN_DIR)
+        self.unreadable: dict[str, str] = {}  # the state files the last scan could not read, with why
         os.makedirs(self.directory, exist_ok=True)
 
     @contextlib.contextmanager
@@ -156,17 +191,18 @@ class TransactionCoordinator:
     def _next_producer_id(self) -> int:
         path = os.path.join(self.directory, "producer-ids")
         try:
-            with open(path, encoding="utf-8") as f:
-                next_id = int(f.read().strip() or 0)
+            with open(path, "rb") as f:
+                next_id = parse_producer_ids(f.read())
         except FileNotFoundError:
             next_id = 0
-        self._write("producer-ids", str(next_id + 1))
+        except ValueError as e:
+            raise CorruptTransactionStateError(f"cannot read {path}: {e}") from e
+        self._write("producer-ids", format_producer_ids(next_id + 1))
         return next_id
 
     def _load(self, transactional_id: str) -> TransactionMetadata | None:
         try:
-            with open(os.path.join(self.directory, _file_name(transactional_id)), encoding="utf-8") as f:
-                return TransactionMetadata.from_json(json.load(f))
+            return read_transaction_state(os.path.join(self.directory, _file_name(transactional_id)))
         except FileNotFoundError:
             return None
 
@@ -174,11 +210,18 @@ class TransactionCoordinator:
         self._write(_file_name(meta.transactional_id), json.dumps(meta.to_json()), sync)
 
     def _all(self) -> list[TransactionMetadata]:
-        found = []
+        """Every transactional id's state that can be read; an unreadable file fails only its own id: it is
+        left out and kept in ``self.unreadable`` (file -> reason) until the next call."""
+        found, self.unreadable = [], {}
         for name in sorted(os.listdir(self.directory)):
             if name.endswith(".json"):
-                with open(os.path.join(self.directory, name), encoding="utf-8") as f:
-                    found.append(TransactionMetadata.from_json(json.load(f)))
+                path = os.path.join(self.directory, name)
+                try:
+                    found.append(read_transaction_state(path))
+                except FileNotFoundError:
+                    continue  # removed since the listing
+                except CorruptTransactionStateError as e:
+                    self.unreadable[path] = str(e)
         return found
 
     # -- producer ids ------------------------------------------------------------------------------------

@@ -37,9 +37,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..columns import from_numpy, is_null, to_numpy
+from ..errors import CorruptSegmentError
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_NONE
-from ..sealed_segment import read_parquet
+from ..sealed_segment import READ_ERRORS, SealedSegment, offsets_problem, open_parquet, read_parquet
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 
@@ -288,7 +289,14 @@ def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[
 def _row_groups(segments: Sequence[SegmentFile], newest_first: bool = False
                 ) -> Iterator[tuple[SegmentFile, int, pq.ParquetFile, int]]:
     for segment in reversed(segments) if newest_first else segments:
-        file = pq.ParquetFile(segment.path)
+        # The footer is checked again (its CRC, ranges and schema): a round never rewrites a segment it
+        # cannot verify, even one damaged since the log opened it.
+        SealedSegment.open(segment.path, segment.base_offset)
+        try:
+            file = open_parquet(segment.path)
+        except READ_ERRORS as e:
+            raise CorruptSegmentError(f"{segment.path}: offsets [{segment.base_offset}, {segment.next_offset}): "
+                                      f"{e}") from e
         starts = np.cumsum([0] + [file.metadata.row_group(i).num_rows for i in range(file.metadata.num_row_groups)])
         indexes = range(file.metadata.num_row_groups)
         for index in reversed(indexes) if newest_first else indexes:
@@ -313,7 +321,17 @@ def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile],
         if index < 0:
             empty = file.schema_arrow.empty_table()
             return empty.select(names) if names is not None else empty
-        return file.read_row_group(index, columns=names, use_threads=not one_core)
+        try:
+            table = file.read_row_group(index, columns=names, use_threads=not one_core)
+        except READ_ERRORS as e:  # a page whose CRC does not match, or that does not decode
+            raise CorruptSegmentError(f"{segment.path}: offsets [{segment.base_offset}, {segment.next_offset}): "
+                                      f"{e}") from e
+        if "offset" in table.column_names:
+            problem = offsets_problem(to_numpy(table.column("offset")), segment.base_offset, segment.next_offset)
+            if problem is not None:
+                raise CorruptSegmentError(
+                    f"{segment.path}: offsets [{segment.base_offset}, {segment.next_offset}): {problem}")
+        return table
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactlog-prefetch") as pool:
         queued: deque[tuple[tuple[SegmentFile, int, pq.ParquetFile, int], Future[pa.Table]]] = deque()

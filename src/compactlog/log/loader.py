@@ -106,6 +106,10 @@ def load(directory: str, read_only: bool) -> tuple[list[SealedSegment], ActiveSe
     active_bases = [b for b in active_names if b not in sealed_names]
     if active_bases:
         base = max(active_bases)
+        if base < end:  # reads would skip [base, end) of the active segment
+            raise CorruptSegmentError(
+                f"{directory}: segment {sealed[-1].base_offset} ends at {end}, past the active segment's "
+                f"base {base}")
         active, recovered = ActiveSegment.open(os.path.join(directory, active_names[base]), base,
                                                truncate=not read_only)
         return sealed, active, recovered

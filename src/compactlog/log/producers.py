@@ -19,6 +19,7 @@ appended row and persists it:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterable
 
@@ -34,6 +35,7 @@ from ..segment import is_segment_name, offset_from_name, segment_name
 # The columns producer state is rebuilt from.
 PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",
                     "control_type"]
+_log = logging.getLogger("compactlog")
 SNAPSHOT_SUFFIX = ".snapshot"
 _TMP_SUFFIX = ".tmp"
 SNAPSHOT_TMP_SUFFIX = SNAPSHOT_SUFFIX + _TMP_SUFFIX
@@ -65,8 +67,10 @@ class LogProducerState:
                 with open(path, "rb") as f:
                     state = ProducerStateManager.from_snapshot(f.read())
                 break
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # a damaged snapshot: an older one, or the log itself, rebuilds the state
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                # A damaged snapshot: an older one, or the log itself, rebuilds the state.
+                _log.warning("%s: passing over a damaged producer snapshot: %s", path, e)
+                continue
         start = state.next_offset if state is not None else 0
         self.manager = state or ProducerStateManager()
         self.active_aborted = []
