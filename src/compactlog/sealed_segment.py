@@ -128,10 +128,9 @@ class SealedSegment:
         self.source: pa.Buffer | None = None
 
     def pinned(self) -> SealedSegment:
-        """This segment with its file's bytes held by a read-only mapping, read through it from then on:
-        the cleaner's swap may then rename, replace or delete ``path`` and the bytes stay those of the file
-        this segment's metadata describes (an unlinked file's mapping stays readable, on POSIX). Raises
-        FileNotFoundError if ``path`` is no longer that file."""
+        """This segment read from then on through a read-only mapping of its file: a swap may rename, replace
+        or delete ``path`` and the bytes stay those this segment's metadata describes (an unlinked file's
+        mapping stays readable on POSIX). FileNotFoundError if ``path`` is no longer that file."""
         fd = os.open(self.path, os.O_RDONLY)
         try:
             if os.fstat(fd).st_ino != self.inode:
@@ -290,8 +289,13 @@ class SegmentWriter:
         self.first_timestamp = -1
         self.max_timestamp = -1
         self.bytes_written = 0
-        self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_statistics=STATISTICS_COLUMNS,
-                                        use_dictionary=DICTIONARY_COLUMNS, write_page_checksum=True)
+        try:
+            self._writer = pq.ParquetWriter(path, SCHEMA, compression=compression, write_page_checksum=True,
+                                            write_statistics=STATISTICS_COLUMNS, use_dictionary=DICTIONARY_COLUMNS)
+        except BaseException:  # the file is created before its magic is written (which fails on a full disk)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
         # Each row group's range as written, for the footer checksum (written newest first or oldest first).
         self._row_groups: list[RowGroupRange] = []
         # Small writes (a cleaner filters row group by row group) are gathered into full row groups.
@@ -474,8 +478,7 @@ def read_parquet(path: str | pa.Buffer, columns: list[str] | None = None) -> pa.
     except FileNotFoundError:
         raise
     except READ_ERRORS as e:
-        name = path if isinstance(path, str) else "a pinned segment"
-        raise CorruptSegmentError(f"{name}: unreadable: {e}") from e
+        raise CorruptSegmentError(f"{path if isinstance(path, str) else 'a pinned segment'}: unreadable: {e}") from e
 
 
 def _read_parquet(path: str | pa.Buffer, columns: list[str] | None) -> pa.Table:
