@@ -92,3 +92,7 @@ class ReadOnlyStoreError(CompactLogError):
 
 class CorruptTopicMetadataError(CompactLogError):
     """A topic's ``.topics/<topic>.json`` that cannot be read; the other topics are unaffected."""
+
+
+class CorruptTransactionStateError(CompactLogError):
+    """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""

@@ -49,7 +49,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import InvalidTransactionTimeoutError, ProducerFencedError, UnknownTopicOrPartitionError
+from .errors import (
+    CorruptTransactionStateError,
+    InvalidTransactionTimeoutError,
+    ProducerFencedError,
+    UnknownTopicOrPartitionError,
+)
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -118,12 +123,25 @@ class CoordinatedStore(Protocol):
     def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int: ...
 
 
+def read_transaction_state(path: str) -> TransactionMetadata:
+    """One ``<transactional id>.json``; FileNotFoundError if there is none, CorruptTransactionStateError
+    naming the file if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return TransactionMetadata.from_json(json.load(f))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError and JSON errors are ValueErrors
+        raise CorruptTransactionStateError(f"cannot read transaction state {path}: {type(e).__name__}: {e}") from e
+
+
 class TransactionCoordinator:
     """Producer ids and transactions of one store."""
 
     def __init__(self, store: CoordinatedStore) -> None:
         self.store = store
         self.directory = os.path.join(store.data_dir, TXN_DIR)
+        self.unreadable: dict[str, str] = {}  # the state files the last scan could not read, with why
         os.makedirs(self.directory, exist_ok=True)
 
     @contextlib.contextmanager
@@ -157,8 +175,7 @@ class TransactionCoordinator:
 
     def _load(self, transactional_id: str) -> TransactionMetadata | None:
         try:
-            with open(os.path.join(self.directory, _file_name(transactional_id)), encoding="utf-8") as f:
-                return TransactionMetadata.from_json(json.load(f))
+            return read_transaction_state(os.path.join(self.directory, _file_name(transactional_id)))
         except FileNotFoundError:
             return None
 
@@ -166,11 +183,18 @@ class TransactionCoordinator:
         self._write(_file_name(meta.transactional_id), json.dumps(meta.to_json()), sync)
 
     def _all(self) -> list[TransactionMetadata]:
-        found = []
+        """Every transactional id's state that can be read; an unreadable file fails only its own id: it is
+        left out and kept in ``self.unreadable`` (file -> reason) until the next call."""
+        found, self.unreadable = [], {}
         for name in sorted(os.listdir(self.directory)):
             if name.endswith(".json"):
-                with open(os.path.join(self.directory, name), encoding="utf-8") as f:
-                    found.append(TransactionMetadata.from_json(json.load(f)))
+                path = os.path.join(self.directory, name)
+                try:
+                    found.append(read_transaction_state(path))
+                except FileNotFoundError:
+                    continue  # removed since the listing
+                except CorruptTransactionStateError as e:
+                    self.unreadable[path] = str(e)
         return found
 
     # -- producer ids ------------------------------------------------------------------------------------
