@@ -54,3 +54,11 @@ def fault_point(name: str) -> None:
     if _hits == _ARMED[1]:
         os.write(2, f"compactlog fault point {name} hit {_hits}\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def rearm() -> None:
+    """Read ``COMPACTLOG_FAULT_POINT`` again and count hits from zero: for a process that sets it after
+    importing compactlog (the fault harness's workload, started ahead so that its imports overlap the
+    driver's checks)."""
+    global _ARMED, _hits
+    _ARMED, _hits = _armed(), 0
