@@ -94,6 +94,7 @@ class Store:
         if not self.read_only:
             if not os.path.exists(self.checkpoint.path):
                 self.checkpoint.write({})
+            self.checkpoint.remove_stale_tmp()
             self._remove_deleted_partitions()
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}

@@ -48,6 +48,7 @@ from support import fault_landed, leftovers
 WORKLOAD = str(Path(__file__).with_name("workload.py"))
 CLOCK_MS = 1_000_000_000  # the workload's fixed clock (workload.CLOCK_MS)
 COMPACTED = ("c", "d")
+MAX_TRIES = 20  # armed runs that end before the point's hit, after which the next point is armed
 Record = tuple[str | None, str | None]  # key, value
 
 
@@ -241,7 +242,8 @@ def run_child(proc: subprocess.Popen[str], seed: int, steps: int, fault: str | N
 
 def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
         stop_on_failure: bool = True) -> Summary:
-    """``crashes`` kills: each named point in turn (at a random hit, 1 to 3) alternating with random moments."""
+    """``crashes`` kills, alternately at the named points in turn (each at a random hit, 1 to 3) and at random
+    moments, each followed by :func:`check_store`; a failure stops the run if ``stop_on_failure``."""
     rng = random.Random(seed)
     summary = Summary()
     if work is None and os.path.isdir("/dev/shm"):
@@ -253,12 +255,14 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
         ack_log.touch()
         work_seconds = 0.5  # a first guess, then the running mean of the children's work that ran to the end
         points = list(FAULT_POINTS)
-        n = 0
+        n = point = tries = 0
         upcoming: subprocess.Popen[str] | None = None
         try:
             while sum(summary.landed.values()) < crashes and not (summary.failures and stop_on_failure):
                 n += 1
-                fault = f"{points[n // 2 % len(points)]}:{rng.randint(1, 3)}" if n % 2 else None
+                # Odd runs are armed: the points in turn, each until it lands (a child may end before its
+                # n-th hit) or MAX_TRIES runs missed it; even runs are killed at a random moment.
+                fault = f"{points[point % len(points)]}:{rng.randint(1, 3)}" if n % 2 else None
                 proc = upcoming if upcoming is not None else start_child(data_dir, ack_log)
                 started = time.monotonic()
                 code, err = run_child(proc, seed * 1_000_000 + n, steps, fault,
@@ -274,6 +278,10 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
                 else:  # the workload raised: the store it reopened was not as its last run left it
                     summary.failures.append(f"the workload failed (exit {code}), not killed:\n{err}")
                     continue
+                if fault is not None:
+                    tries = 0 if code == -signal.SIGKILL else tries + 1
+                    if tries in (0, MAX_TRIES):
+                        point, tries = point + 1, 0
                 checking = time.process_time()
                 try:
                     summary.records_checked += check_store(data_dir, model)
