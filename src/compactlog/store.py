@@ -48,6 +48,7 @@ from .topic_metadata import (
     TopicMetadata,
     colliding_topic,
     read_topic_metadata,
+    remove_stale_tmp,
     validate_topic_name,
     write_topic_metadata,
 )
@@ -95,12 +96,14 @@ class Store:
             if not os.path.exists(self.checkpoint.path):
                 self.checkpoint.write({})
             self.checkpoint.remove_stale_tmp()
+            remove_stale_tmp(os.path.join(self.data_dir, TOPICS_DIR))
             self._remove_deleted_partitions()
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         self._closed = False
-        self._coordinator: TransactionCoordinator | None = None
+        # Writable: made now, as its opening removes what a killed state write left (.transactions/*.tmp).
+        self._coordinator: TransactionCoordinator | None = None if self.read_only else TransactionCoordinator(self)
         from .cleaner.state import CleanerState
 
         self.cleaner_state = CleanerState()

@@ -441,3 +441,18 @@ def test_opening_a_store_removes_the_tmp_of_a_write_killed_before_its_rename(tmp
     assert not stale.exists()
     assert store.checkpoint.read() == {}
     store.close()
+
+
+def test_opening_a_store_removes_the_tmp_files_of_killed_metadata_writes(tmp_path: Path) -> None:
+    # A kill between the write of a topic's or a transactional id's state file and its rename leaves these.
+    store = compactlog.open(str(tmp_path / "data"))
+    store.create_topic("t")
+    store.close()
+    data = tmp_path / "data"
+    stale = [data / ".topics" / ".0123abcd.tmp", data / ".transactions" / "x.json.0123abcd.tmp"]
+    for path in stale:
+        path.write_text("{}")
+    store = compactlog.open(str(tmp_path / "data"))
+    assert [p for p in stale if p.exists()] == []
+    assert store.topics() == ["t"]
+    store.close()
