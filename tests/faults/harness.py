@@ -291,6 +291,9 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
                     print("FAILED", summary.failures[-1], file=sys.stderr, flush=True)
                     if stop_on_failure:
                         shutil.copytree(tmp, f"{tmp}-failed", ignore_dangling_symlinks=True)  # kept to look at
+                    else:  # go on from an empty directory: the damage would fail every later check too
+                        shutil.rmtree(data_dir)
+                        ack_log.write_text("")
                 summary.recoveries += 1
                 if progress and summary.recoveries % 100 == 0:
                     print(f"{summary.recoveries} recoveries checked, {len(summary.failures)} failed", file=sys.stderr,
