@@ -1,10 +1,11 @@
 """Helpers shared by tests: a fake clock, so nothing time-dependent ever sleeps; a read-only view of a
-directory."""
+directory; what crash tests look for after a kill (files left in transit, where an armed fault point landed)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -84,3 +85,20 @@ def read_only_view(source: Path) -> Iterator[Path]:
                 subprocess.run(["umount", "--lazy", str(target)], check=True, capture_output=True)
     finally:
         target.rmdir()
+
+
+# Files that exist only while an operation is in flight (the swap's, a roll's, an atomic write's): recovery
+# removes or completes each, so none may be left once a store has opened its logs.
+TRANSIT_SUFFIXES = (".cleaned", ".swap", ".deleted", ".sealing", ".tmp")
+FAULT_LINE = re.compile(r"^compactlog fault point (\S+) hit (\d+)$", re.M)
+
+
+def leftovers(directory: Path) -> list[str]:
+    """Files in transit anywhere under ``directory`` (relative paths)."""
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.name.endswith(TRANSIT_SUFFIXES))
+
+
+def fault_landed(stderr: str) -> str | None:
+    """The fault point a killed child reported on stderr (:mod:`compactlog.faults`), if any."""
+    hit = FAULT_LINE.search(stderr)
+    return hit.group(1) if hit else None

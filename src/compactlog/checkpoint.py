@@ -271,6 +271,12 @@ class CheckpointFile:
             finally:
                 os.close(fd)
 
+    def remove_stale_tmp(self) -> None:
+        """Remove the ``<path>.tmp`` a writer killed before its rename left (its write never happened); under
+        the locks, so never the file of a write in progress. Called when a store opens."""
+        with self._exclusive(), contextlib.suppress(FileNotFoundError):
+            _tmp_path(self._path).unlink()
+
     def read(self) -> dict[TopicPartition, int]:
         """The current entries (see :func:`read_checkpoint`)."""
         return read_checkpoint(self._path)

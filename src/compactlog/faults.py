@@ -109,3 +109,11 @@ def io_fault(name: str) -> None:
     _io_hits += 1
     if _io_hits >= _IO_ARMED[1]:
         raise OSError(_IO_ARMED[2], f"injected {os.strerror(_IO_ARMED[2])} at {name}")
+
+
+def rearm() -> None:
+    """Read ``COMPACTLOG_FAULT_POINT`` again and count hits from zero: for a process that sets it after
+    importing compactlog (the fault harness's workload, started ahead so that its imports overlap the
+    driver's checks)."""
+    global _ARMED, _hits
+    _ARMED, _hits = _armed(), 0

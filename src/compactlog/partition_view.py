@@ -3,11 +3,14 @@
 :func:`planner_state` reads a log's segment list into the frozen :class:`~compactlog.cleaner.plan.PartitionState`
 the pure planning functions take (the cleaner's selection, retention, ``describe``). :class:`PartitionInfo`
 and :class:`SegmentInfo` are what :meth:`compactlog.Store.describe` returns; :func:`describe_partition` fills
-them in from the log, its topic config, the cleaner checkpoint and the planner.
+them in from the log, its topic config, the cleaner checkpoint and the planner, or
+:func:`unreadable_partition` for a log that cannot be opened.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,3 +84,17 @@ def describe_partition(log: Log, config: TopicConfig, checkpoint: int | None, no
         partition=log.partition, log_start_offset=state.log_start_offset, log_end_offset=state.log_end_offset,
         size_bytes=sum(m.size_bytes for m in metas), segments=segments, uncleanable_reason=uncleanable_reason,
         last_stable_offset=state.last_stable_offset, **info)
+
+
+def unreadable_partition(partition: int, reason: str, directory: str) -> PartitionInfo:
+    """A partition whose log cannot be opened: offsets -1 (unknown), the size of its files, no segments, and
+    the error (which names the damaged file) as its uncleanable reason."""
+    return PartitionInfo(partition=partition, log_start_offset=-1, log_end_offset=-1,
+                         size_bytes=partition_bytes(directory), segments=[], uncleanable_reason=reason)
+
+
+def partition_bytes(directory: str) -> int:
+    """The bytes of a partition's files, as far as they can be listed (for a log that cannot be opened)."""
+    with contextlib.suppress(OSError):
+        return sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
+    return 0

@@ -31,10 +31,17 @@ from .checkpoint import CheckpointFile
 from .columns import from_numpy, to_numpy
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
 from .data_dir import TOPICS_DIR, open_data_dir, read_only_error
-from .errors import ConfigError, InvalidTopicError, StoreClosedError, TopicExistsError, UnknownTopicOrPartitionError
+from .errors import (
+    CompactLogError,
+    ConfigError,
+    InvalidTopicError,
+    StoreClosedError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from .faults import fault_point
 from .log import Log, fsync_dir
-from .partition_view import PartitionInfo, SegmentInfo, describe_partition
+from .partition_view import PartitionInfo, SegmentInfo, describe_partition, unreadable_partition
 from .producer_state import aborted_mask
 from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, read_columns, to_rows
 from .retention import apply_retention
@@ -42,6 +49,7 @@ from .topic_metadata import (
     TopicMetadata,
     colliding_topic,
     read_topic_metadata,
+    remove_stale_tmp,
     validate_topic_name,
     write_topic_metadata,
 )
@@ -88,12 +96,15 @@ class Store:
         if not self.read_only:
             if not os.path.exists(self.checkpoint.path):
                 self.checkpoint.write({})
+            self.checkpoint.remove_stale_tmp()
+            remove_stale_tmp(os.path.join(self.data_dir, TOPICS_DIR))
             self._remove_deleted_partitions()
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         self._closed = False
-        self._coordinator: TransactionCoordinator | None = None
+        # Writable: made now, as its opening removes what a killed state write left (.transactions/*.tmp).
+        self._coordinator: TransactionCoordinator | None = None if self.read_only else TransactionCoordinator(self)
         from .cleaner.state import CleanerState
 
         self.cleaner_state = CleanerState()
@@ -407,9 +418,17 @@ class Store:
         return self.log(topic, partition).roll()
 
     def describe(self, topic: str) -> list[PartitionInfo]:
+        """Every partition of ``topic``; one whose log cannot be opened (a damaged file) is described by
+        :func:`~compactlog.partition_view.unreadable_partition`, with the error as its uncleanable reason."""
         described = []
-        for log in self.partition_logs(topic):
-            tp = (topic, log.partition)
+        for partition in range(self.partitions(topic)):
+            tp = (topic, partition)
+            try:
+                log = self.log(topic, partition)
+            except CompactLogError as e:
+                directory = self._partition_dir(topic, partition)
+                described.append(unreadable_partition(partition, str(e), directory))
+                continue
             described.append(describe_partition(log, self.topic_config(topic), self.checkpoint.read().get(tp),
                                                 self.clock(), self.cleaner_state.uncleanable.get(tp)))
         return described
@@ -442,8 +461,10 @@ class Store:
 
         self.check_writable("clean")
         self.abort_expired_transactions()  # maintenance: no open transaction outlives its timeout
-        return clean(self, force=force, topic=topic, partition=partition,
-                     executor=cleaner_executor(executor, self.broker.log_cleaner_threads))
+        report = clean(self, force=force, topic=topic, partition=partition,
+                       executor=cleaner_executor(executor, self.broker.log_cleaner_threads))
+        report.failed_transactions.update(self.transactions.unreadable)
+        return report
 
     def cleaner_metrics(self) -> dict[str, int | float]:
         from .cleaner.cleaner import cleaner_metrics

@@ -14,12 +14,14 @@ only in ``.`` versus ``_`` collide (Kafka's ``Topic.hasCollision``: its metric n
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,14 +96,38 @@ def _checksum(meta: Mapping[str, Any]) -> int:
     return zlib.crc32(json.dumps(meta, sort_keys=True).encode())
 
 
+@contextlib.contextmanager
+def _metadata_lock(directory: str) -> Iterator[None]:
+    """``flock`` of ``.topics/.lock``: held by each write of a metadata file and by the removal of stale
+    temporary files, so that the removal never takes the file of a write in progress."""
+    fd = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
                          topic_id: str | None) -> None:
+    directory = os.path.dirname(path)
     # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
-    tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
-        json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(os.path.dirname(path))
+    tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+    with _metadata_lock(directory):
+        with open(tmp, "w", encoding="utf-8") as f:
+            meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
+            json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    fsync_path(directory)
+
+
+def remove_stale_tmp(directory: str) -> None:
+    """Remove the ``.<uuid>.tmp`` files of metadata writes killed before their rename (the writes never
+    happened). Called when a store opens."""
+    with _metadata_lock(directory):
+        for name in os.listdir(directory):
+            if name.startswith(".") and name.endswith(".tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))

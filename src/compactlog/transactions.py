@@ -168,6 +168,11 @@ class TransactionCoordinator:
         self.directory = os.path.join(store.data_dir, TXN_DIR)
         self.unreadable: dict[str, str] = {}  # the state files the last scan could not read, with why
         os.makedirs(self.directory, exist_ok=True)
+        with self._locked():  # every write holds the lock: a .tmp seen under it is a killed write's
+            for name in os.listdir(self.directory):
+                if name.endswith(".tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(self.directory, name))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

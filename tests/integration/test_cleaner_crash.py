@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -31,10 +30,10 @@ import pytest
 import compactlog
 from compactlog.checkpoint import read_checkpoint
 from compactlog.faults import FAULT_POINT_ENV, FAULT_POINTS
+from support import fault_landed, leftovers
 
 pytestmark = pytest.mark.integration
 
-TRANSIT = (".cleaned", ".swap", ".deleted", ".sealing", ".tmp")
 
 
 class Crash(BaseException):
@@ -61,10 +60,6 @@ def snapshot(data_dir: Path) -> list[tuple[int, bytes | None, bytes | None]]:
         return [(r.offset, r.key, r.value) for r in store.read("t", 0)]
     finally:
         store.close()
-
-
-def leftovers(data_dir: Path) -> list[str]:
-    return [n for n in os.listdir(data_dir / "t-0") if n.endswith(TRANSIT)]
 
 
 def cleaned_copy(pristine: Path, target: Path) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -152,7 +147,6 @@ WORKLOAD = BATCHES_SOURCE + textwrap.dedent("""
 """)
 BATCHES: dict[str, Any] = {}
 exec(BATCHES_SOURCE, BATCHES)
-FAULT_LINE = re.compile(r"^compactlog fault point (\S+) hit (\d+)$", re.M)
 
 
 @dataclass
@@ -168,8 +162,7 @@ class Run:
 
     @property
     def fault(self) -> str | None:
-        hit = FAULT_LINE.search(self.stderr)
-        return hit.group(1) if hit else None
+        return fault_landed(self.stderr)
 
     @property
     def phase(self) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import compactlog
 from compactlog import checkpoint as checkpoint_module
 from compactlog.checkpoint import (
     CHECKPOINT_FILE_NAME,
@@ -430,3 +431,28 @@ def test_concurrent_process_updates_lose_nothing(cp_path: Path) -> None:
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     assert time.monotonic() - start < 60
     assert read_checkpoint(cp_path) == {(f"proc-{w}", i): i * 10 for w in range(4) for i in range(10)}
+
+
+def test_opening_a_store_removes_the_tmp_of_a_write_killed_before_its_rename(tmp_path: Path) -> None:
+    compactlog.open(str(tmp_path / "data")).close()
+    stale = tmp_path / "data" / "cleaner-offset-checkpoint.tmp"
+    stale.write_text("0\n1\nt 0 99\n")  # the fault point checkpoint.tmp-written: written, never renamed
+    store = compactlog.open(str(tmp_path / "data"))
+    assert not stale.exists()
+    assert store.checkpoint.read() == {}
+    store.close()
+
+
+def test_opening_a_store_removes_the_tmp_files_of_killed_metadata_writes(tmp_path: Path) -> None:
+    # A kill between the write of a topic's or a transactional id's state file and its rename leaves these.
+    store = compactlog.open(str(tmp_path / "data"))
+    store.create_topic("t")
+    store.close()
+    data = tmp_path / "data"
+    stale = [data / ".topics" / ".0123abcd.tmp", data / ".transactions" / "x.json.0123abcd.tmp"]
+    for path in stale:
+        path.write_text("{}")
+    store = compactlog.open(str(tmp_path / "data"))
+    assert [p for p in stale if p.exists()] == []
+    assert store.topics() == ["t"]
+    store.close()

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..errors import CleanerError, CompactLogError
 from ..faults import fault_point
-from ..partition_view import planner_state
+from ..partition_view import partition_bytes, planner_state
 from ..retention import apply_retention
 from .executor import CleanerExecutor, InProcessExecutor, RoundResult
 from .kernel import CleanTask, SegmentFile
@@ -65,6 +65,7 @@ class LogDirectory(Protocol):
     depends on this, never on the store, so that the store can own the cleaner."""
 
     clock: Callable[[], int]
+    data_dir: str
     broker: BrokerConfig
     checkpoint: CheckpointFile
     cleaner_state: CleanerState
@@ -72,6 +73,8 @@ class LogDirectory(Protocol):
     def topics(self) -> list[str]: ...
 
     def topic_config(self, topic: str) -> TopicConfig: ...
+
+    def partitions(self, topic: str) -> int: ...
 
     def log(self, topic: str, partition: int) -> Log: ...
 
@@ -104,6 +107,8 @@ class CleanReport:
     partitions: list[PartitionCleanReport] = field(default_factory=list)
     skipped: dict[TopicPartition, str] = field(default_factory=dict)
     rolled: list[TopicPartition] = field(default_factory=list)
+    failed_topics: dict[str, str] = field(default_factory=dict)  # topic -> why its metadata cannot be read
+    failed_transactions: dict[str, str] = field(default_factory=dict)  # unreadable transaction state file -> why
     retention_bytes_removed: dict[TopicPartition, int] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionCleanReport | None:
@@ -115,14 +120,40 @@ def partition_state(store: LogDirectory, log: Log, checkpoints: dict[TopicPartit
     return planner_state(log, store.topic_config(log.topic), checkpoints.get((log.topic, log.partition)))
 
 
-def _compacted_logs(store: LogDirectory, topic: str | None, partition: int | None) -> Iterator[Log]:
+def failure_reason(error: Exception) -> str:
+    """The reason a partition or topic is reported uncleanable: a CompactLogError's message (it names the
+    file), else the exception's type and message."""
+    return str(error) if isinstance(error, CompactLogError) else f"{type(error).__name__}: {error}"
+
+
+def _compacted_logs(store: LogDirectory, topic: str | None, partition: int | None,
+                    report: CleanReport) -> Iterator[Log]:
+    """The logs a pass covers. On a pass over every topic, a topic whose metadata cannot be read is reported
+    in ``report.failed_topics`` and a partition whose log cannot be opened is marked uncleanable; the other
+    topics and partitions go on. A topic or partition the caller named raises instead."""
+    state = store.cleaner_state
     for name in [topic] if topic is not None else store.topics():
-        if not store.topic_config(name).compact and topic is None:
+        try:
+            if not store.topic_config(name).compact and topic is None:
+                continue
+            partitions = [partition] if partition is not None else list(range(store.partitions(name)))
+        except Exception as e:
+            if topic is not None:
+                raise
+            report.failed_topics[name] = failure_reason(e)
             continue
-        if partition is not None:
-            yield store.log(name, partition)
-        else:
-            yield from store.partition_logs(name)
+        for number in partitions:
+            try:
+                log = store.log(name, number)
+            except Exception as e:
+                if partition is not None:
+                    raise
+                reason = failure_reason(e)
+                state.mark_uncleanable((name, number), reason,
+                                       partition_bytes(os.path.join(store.data_dir, f"{name}-{number}")))
+                report.skipped[(name, number)] = f"uncleanable: {reason}"
+                continue
+            yield log
 
 
 @contextlib.contextmanager
@@ -148,19 +179,28 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
     report = CleanReport()
     state = store.cleaner_state
     now = store.clock()
-    logs = list(_compacted_logs(store, topic, partition))
     if not store.broker.log_cleaner_enable:
         # Kafka then starts no LogCleaner: compacted logs are neither rolled for max.compaction.lag.ms,
         # compacted nor retention-cleaned, forced or not (force waives the dirty ratio, not the setting).
+        logs = list(_compacted_logs(store, topic, partition, CleanReport()))
         report.skipped.update({(log.topic, log.partition): CLEANER_DISABLED for log in logs})
         return report
-    for log in logs:
-        log.delete_expired_files()
-        config = store.topic_config(log.topic)
-        if config.compact and log.maybe_roll_idle(now, config.max_compaction_lag_ms):
-            report.rolled.append((log.topic, log.partition))
+    opened = list(_compacted_logs(store, topic, partition, report))
     checkpoints = store.checkpoint.read()
-    states = [partition_state(store, log, checkpoints) for log in logs]
+    logs, states = [], []
+    for log in opened:  # one partition's damaged file fails that partition only (see failed_round)
+        try:
+            log.delete_expired_files()
+            config = store.topic_config(log.topic)
+            if config.compact and log.maybe_roll_idle(now, config.max_compaction_lag_ms):
+                report.rolled.append((log.topic, log.partition))
+            states.append(partition_state(store, log, checkpoints))
+        except Exception as e:
+            if partition is not None:
+                raise
+            failed_round(store, report, (log.topic, log.partition), e, 0)
+            continue
+        logs.append(log)
     selection = select_logs(states, now, force=force)
     if selection.checkpoint_resets:
         store.checkpoint.update(add=selection.checkpoint_resets)
@@ -182,11 +222,8 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
                 report.skipped[tp] = "being cleaned by another process"
         for ltc, outcome in run_rounds(store, chosen, now, executor, hook):
             tp = (ltc.topic, ltc.partition)
-            if isinstance(outcome, Exception):  # Kafka marks the partition uncleanable on any failure; go on
-                name = type(outcome).__name__
-                reason = str(outcome) if isinstance(outcome, CompactLogError) else f"{name}: {outcome}"
-                state.mark_uncleanable(tp, reason, ltc.cleanable_bytes)
-                report.skipped[tp] = f"uncleanable: {reason}"
+            if isinstance(outcome, Exception):
+                failed_round(store, report, tp, outcome, ltc.cleanable_bytes)
                 continue
             result = outcome
             state.clear_uncleanable(tp)
@@ -197,11 +234,25 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
     if stats:
         state.last_stats = stats
     for log in logs:
-        if store.topic_config(log.topic).compact and (log.topic, log.partition) not in state.uncleanable:
-            freed = apply_retention(log, store.topic_config(log.topic), store.clock())
+        tp = (log.topic, log.partition)
+        if store.topic_config(log.topic).compact and tp not in state.uncleanable:
+            try:
+                freed = apply_retention(log, store.topic_config(log.topic), store.clock())
+            except Exception as e:
+                failed_round(store, report, tp, e, 0)
+                continue
             if freed:
-                report.retention_bytes_removed[(log.topic, log.partition)] = freed
+                report.retention_bytes_removed[tp] = freed
     return report
+
+
+def failed_round(store: LogDirectory, report: CleanReport, tp: TopicPartition, error: Exception,
+                 stuck_bytes: int) -> None:
+    """Kafka marks a partition uncleanable on any failure and goes on with the others; the next pass retries
+    it (:class:`.state.CleanerState`)."""
+    reason = failure_reason(error)
+    store.cleaner_state.mark_uncleanable(tp, reason, stuck_bytes)
+    report.skipped[tp] = f"uncleanable: {reason}"
 
 
 def dedupe_buffer_share(dedupe_buffer_size: int, threads: int) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import compactlog
 from compactlog.config import BROKER_CONFIGS
+from compactlog.errors import CompactLogError
 
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
 
@@ -120,17 +121,27 @@ def print_topic(described: dict[str, Any], segments: bool) -> None:
 
 def run_describe(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        names = [args.name] if args.name else store.topics()
-        described = [describe_topic(store, name) for name in names]
+        if args.name:
+            described = [describe_topic(store, args.name)]
+        else:  # every topic: one whose metadata cannot be read shows its error, the others are described
+            described = []
+            for name in store.topics():
+                try:
+                    described.append(describe_topic(store, name))
+                except CompactLogError as e:
+                    described.append({"topic": name, "error": str(e)})
         inert = broker_configs_without_effect(store)
     if args.json:
         print_json(described if not args.name else described[0])
     else:
         for topic in described:
-            print_topic(topic, args.segments)
+            if "error" in topic:
+                print(f"Topic: {topic['topic']}\tError: {topic['error']}")
+            else:
+                print_topic(topic, args.segments)
         for setting, doc in inert.items():
             print(f"Note: {setting} (server.properties): {doc}")
-    return 0
+    return 1 if any("error" in topic for topic in described) else 0
 
 
 def run_alter(args: argparse.Namespace) -> int:

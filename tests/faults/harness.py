@@ -1,0 +1,334 @@
+"""The fault harness's driver: kill -9 the workload (:mod:`workload`) again and again, and after every kill
+reopen the store and hold it to the model of what the workload acknowledged.
+
+One data directory lives through every crash: each child continues where the last one died. A crash is
+either armed (``COMPACTLOG_FAULT_POINT=<point>:<n>``, every point of :data:`compactlog.faults.FAULT_POINTS`
+in turn) or a SIGKILL from here after a random delay. After each one :func:`check_store` reopens the store
+(which recovers it) and checks, against :class:`Model` built from the ack log:
+
+- offsets strictly increase, every record read was sent to that partition, and an acknowledged offset
+  holds exactly the acknowledged record (none moved or replaced);
+- of compacted topics, each key whose every send was acknowledged reads its newest acknowledged value at
+  its acknowledged offset (compaction may drop superseded records, never the newest); a tombstone's key
+  reads nothing or the tombstone;
+- of the delete topic, every acknowledged offset at or past the log start is there;
+- no value of an aborted transaction reaches ``read_committed``; no record of a deleted topic comes back
+  in the topic created again;
+- no temporary file (``*.tmp``, ``*.cleaned``, ``*.swap``, ``*.sealing``, ``*.deleted``) is left after
+  recovery, and no cleaner checkpoint is past its partition's log end.
+
+``python harness.py --crashes N`` (``./dev soak``) runs N crashes and prints where they landed and what was
+checked; the CI test (``tests/faults/test_crash_harness.py``) runs a shorter one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support, as under pytest
+
+import compactlog
+from compactlog.checkpoint import read_checkpoint
+from compactlog.faults import FAULT_POINT_ENV, FAULT_POINTS
+from support import fault_landed, leftovers
+
+WORKLOAD = str(Path(__file__).with_name("workload.py"))
+CLOCK_MS = 1_000_000_000  # the workload's fixed clock (workload.CLOCK_MS)
+COMPACTED = ("c", "d")
+MAX_TRIES = 20  # armed runs that end before the point's hit, after which the next point is armed
+Record = tuple[str | None, str | None]  # key, value
+
+
+class HarnessFailure(AssertionError):
+    """The recovered store broke a rule of the model."""
+
+
+@dataclass
+class Model:
+    """What the ack log says of each partition."""
+
+    acked: dict[tuple[str, int], dict[int, Record]] = field(default_factory=dict)  # offset -> record
+    newest: dict[tuple[str, int], dict[str, tuple[str | None, int | None]]] = field(default_factory=dict)
+    sent: dict[tuple[str, int], set[Record]] = field(default_factory=dict)
+    aborted: set[str] = field(default_factory=set)  # values that must never be read_committed
+    forbidden: set[str] = field(default_factory=set)  # values of a deleted incarnation of topic d
+    uncertain_topics: set[str] = field(default_factory=set)  # a delete in flight: anything goes but forbidden
+
+    def forget(self, topic: str) -> None:
+        for tp in [tp for tp in self.sent if tp[0] == topic]:
+            self.forbidden |= {v for _, v in self.sent.pop(tp) if v is not None}
+            self.acked.pop(tp, None)
+            self.newest.pop(tp, None)
+
+    def send(self, records: list[list[Any]], offsets: list[int] | None) -> None:
+        """Records sent; ``offsets`` when acknowledged, None when in flight (the key's newest is unknown)."""
+        for i, (topic, partition, key, value) in enumerate(records):
+            tp = (topic, partition)
+            self.sent.setdefault(tp, set()).add((key, value))
+            newest = self.newest.setdefault(tp, {})
+            if offsets is None:
+                newest[key] = (value, None)
+            else:
+                self.acked.setdefault(tp, {})[offsets[i]] = (key, value)
+                newest[key] = (value, offsets[i])
+
+
+def load_model(ack_log: Path) -> tuple[Model, str | None]:
+    """Replay the ack log; also returns the operation in flight at the end (None if the last one was acked)."""
+    model = Model()
+    intents: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    acks: dict[str, list[int]] = {}
+    for line in ack_log.read_text().splitlines():
+        entry = json.loads(line)
+        if "intent" in entry:
+            intents[entry["intent"]] = entry
+            order.append(entry["intent"])
+        else:
+            acks[entry["ack"]] = entry["offsets"]
+    for n in order:
+        entry, offsets = intents[n], acks.get(n)
+        op, records = entry["op"], entry["records"]
+        if op == "recreate":
+            model.forget("d")
+            if offsets is None:
+                model.uncertain_topics.add("d")  # until a delete of d is acknowledged
+            continue
+        if op == "create" and entry["topic"] == "d" and offsets is not None:
+            model.uncertain_topics.discard("d")
+        if op == "abort":
+            model.aborted |= {r[3] for r in records if r[3] is not None}
+            model.send(records, None)  # in the log, then aborted: the key's newest is left unknown
+            continue
+        if op == "commit" and offsets is not None:
+            model.send(records, offsets)
+            continue
+        model.send(records, offsets if op != "commit" else None)
+    last = order[-1] if order else None
+    in_flight = intents[last]["op"] if last is not None and last not in acks else None
+    return model, in_flight
+
+
+def check_store(data_dir: Path, model: Model) -> int:
+    """Reopen the store and check it against the model (see the module docstring); returns records checked."""
+    store = compactlog.open(str(data_dir), clock=lambda: CLOCK_MS)
+    checked = 0
+    try:
+        checkpoints = read_checkpoint(data_dir / "cleaner-offset-checkpoint")
+        for topic, partition in model.acked:
+            if topic not in model.uncertain_topics and topic not in store.topics():
+                raise HarnessFailure(f"topic {topic} with acknowledged records in partition {partition} is gone")
+        for topic in store.topics():
+            for log in store.partition_logs(topic):
+                tp = (topic, log.partition)
+                where = f"{topic}-{log.partition}"
+                end = store.log_end_offset(topic, log.partition)
+                start = store.log_start_offset(topic, log.partition)
+                every = [(r.offset, r.key, r.value) for r in store.read(topic, log.partition, start)]
+                committed = [(r.offset, r.key, r.value) for r in
+                             store.read(topic, log.partition, start, isolation_level="read_committed")]
+                if checkpoints.get(tp, 0) > end:
+                    raise HarnessFailure(f"{where}: checkpoint {checkpoints[tp]} past the log end {end}")
+                offsets = [o for o, _, _ in every]
+                if any(b <= a for a, b in itertools.pairwise(offsets)):
+                    raise HarnessFailure(f"{where}: offsets not strictly increasing")
+                sent, acked = model.sent.get(tp, set()), model.acked.get(tp, {})
+                for offset, key, value in every:
+                    record = (key.decode() if key is not None else None, value.decode() if value is not None else None)
+                    if topic in model.uncertain_topics:
+                        continue  # its delete was in flight: the topic may still be the old one
+                    if record[1] in model.forbidden:
+                        raise HarnessFailure(f"{where}: offset {offset} {record} of a deleted topic came back")
+                    if record not in sent:
+                        raise HarnessFailure(f"{where}: offset {offset} {record} was never sent here")
+                    if offset in acked and acked[offset] != record:
+                        raise HarnessFailure(f"{where}: offset {offset} holds {record}, acknowledged {acked[offset]}")
+                for _, _, value in committed:
+                    if value is not None and value.decode() in model.aborted:
+                        raise HarnessFailure(f"{where}: aborted value {value.decode()} read_committed")
+                if topic in model.uncertain_topics:
+                    continue
+                at = {o: (k.decode() if k is not None else None, v.decode() if v is not None else None)
+                      for o, k, v in every}
+                if topic in COMPACTED:
+                    # Read uncommitted less aborted values: read_committed stops at the last stable offset,
+                    # which a transaction a kill left open holds back until the next transactional producer
+                    # of its id starts (and aborts it); its keys' newest sends are unacknowledged anyway.
+                    state = {k: (v, o) for o, k, v in
+                             ((o, k.decode() if k is not None else None, v.decode() if v is not None else None)
+                              for o, k, v in every) if v not in model.aborted}
+                    for key, (value, offset) in model.newest.get(tp, {}).items():
+                        if offset is None:
+                            continue  # some send of this key was not acknowledged
+                        got = state.get(key)
+                        if value is None:
+                            if got is not None and got[0] is not None:
+                                raise HarnessFailure(f"{where}: deleted key {key} reads {got}")
+                        elif got != (value, offset):
+                            raise HarnessFailure(f"{where}: key {key} reads {got}, acknowledged {value} at {offset}")
+                        checked += 1
+                else:
+                    for offset, record in acked.items():
+                        if offset >= start:
+                            if at.get(offset) != record:
+                                raise HarnessFailure(f"{where}: acknowledged offset {offset} {record} lost "
+                                                     f"(log start {start})")
+                            checked += 1
+        left = leftovers(data_dir)
+        if left:
+            raise HarnessFailure(f"left after recovery: {left}")
+    finally:
+        store.close()
+    return checked
+
+
+@dataclass
+class Summary:
+    landed: Counter[str] = field(default_factory=Counter)
+    recoveries: int = 0
+    check_cpu_seconds: float = 0.0
+    completed: int = 0  # children that ran to the end (an armed point not reached that often): checked too
+    records_checked: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        rows = [("crashes injected", sum(self.landed.values())), ("recoveries checked", self.recoveries),
+                ("children that ran to the end", self.completed),
+                ("acknowledged records checked", self.records_checked),
+                ("recoveries failing a check (lost or wrong data)", len(self.failures))]
+        rows += [(f"  landed at {where}", n) for where, n in sorted(self.landed.items())]
+        rows += [("CPU seconds of the checks", round(self.check_cpu_seconds))]
+        return "\n".join(f"{name:<48} {value:>8}" for name, value in rows)
+
+
+def start_child(data_dir: Path, ack_log: Path) -> subprocess.Popen[str]:
+    """A workload process that imports and then waits for its orders (:func:`run_child`)."""
+    env = {k: v for k, v in os.environ.items() if k != FAULT_POINT_ENV}
+    return subprocess.Popen([sys.executable, WORKLOAD, str(data_dir), str(ack_log)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def run_child(proc: subprocess.Popen[str], seed: int, steps: int, fault: str | None,
+              kill_after: float | None) -> tuple[int, str]:
+    """Let a started workload run (armed at ``fault``, or killed ``kill_after`` seconds after it opened the
+    store); returns its exit code and stderr."""
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(f"{seed} {steps} {fault or ''}\n")
+        proc.stdin.flush()  # communicate() closes it
+        proc.stdout.readline()  # "ready": the store is open (or the child died first)
+        if kill_after is not None:
+            try:
+                proc.wait(timeout=kill_after)  # a random moment of a real process: wall time
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
+        stop_on_failure: bool = True, progress: bool = False, summary: Summary | None = None) -> Summary:
+    """``crashes`` kills, alternately at the named points in turn (each at a random hit, 1 to 3) and at random
+    moments, each followed by :func:`check_store`; a failure stops the run if ``stop_on_failure``."""
+    rng = random.Random(seed)
+    summary = summary if summary is not None else Summary()
+    if work is None and os.path.isdir("/dev/shm"):
+        # Memory-backed: a SIGKILL loses no written page (unlike a power cut), so fsync need not reach a disk,
+        # and thousands of fsyncs cost nothing.
+        work = Path("/dev/shm")
+    with tempfile.TemporaryDirectory(prefix="compactlog-faults-", dir=work) as tmp:
+        data_dir, ack_log = Path(tmp) / "data", Path(tmp) / "acks.jsonl"
+        ack_log.touch()
+        work_seconds = 0.5  # a first guess, then the running mean of the children's work that ran to the end
+        points = list(FAULT_POINTS)
+        n = point = tries = 0
+        upcoming: subprocess.Popen[str] | None = None
+        try:
+            while sum(summary.landed.values()) < crashes and not (summary.failures and stop_on_failure):
+                n += 1
+                # Odd runs are armed: the points in turn, each until it lands (a child may end before its
+                # n-th hit) or MAX_TRIES runs missed it; even runs are killed at a random moment.
+                fault = f"{points[point % len(points)]}:{rng.randint(1, 3)}" if n % 2 else None
+                proc = upcoming if upcoming is not None else start_child(data_dir, ack_log)
+                started = time.monotonic()
+                code, err = run_child(proc, seed * 1_000_000 + n, steps, fault,
+                                      None if fault else rng.uniform(0.0, work_seconds))
+                upcoming = start_child(data_dir, ack_log)  # its imports overlap this check
+                model, in_flight = load_model(ack_log)
+                if code == 0:
+                    summary.completed += 1
+                    if fault is None:
+                        work_seconds = 0.8 * work_seconds + 0.2 * (time.monotonic() - started)
+                elif code == -signal.SIGKILL:
+                    summary.landed[fault_landed(err) or f"random:{in_flight or 'between'}"] += 1
+                else:  # the workload raised: the store it reopened was not as its last run left it
+                    summary.failures.append(f"the workload failed (exit {code}), not killed:\n{err}")
+                    continue
+                if fault is not None:
+                    tries = 0 if code == -signal.SIGKILL else tries + 1
+                    if tries in (0, MAX_TRIES):
+                        point, tries = point + 1, 0
+                checking = time.process_time()
+                try:
+                    summary.records_checked += check_store(data_dir, model)
+                except Exception as e:  # a rule broken, or the recovered store raising: both are findings
+                    summary.failures.append(f"after {fault or 'a random kill'} ({tmp}): {type(e).__name__}: {e}")
+                    print("FAILED", summary.failures[-1], file=sys.stderr, flush=True)
+                    if stop_on_failure:
+                        shutil.copytree(tmp, f"{tmp}-failed", ignore_dangling_symlinks=True)  # kept to look at
+                    else:  # go on from an empty directory: the damage would fail every later check too
+                        shutil.rmtree(data_dir)
+                        ack_log.write_text("")
+                summary.recoveries += 1
+                if progress and summary.recoveries % 100 == 0:
+                    print(f"{summary.recoveries} recoveries checked, {len(summary.failures)} failed", file=sys.stderr,
+                          flush=True)
+                summary.check_cpu_seconds += time.process_time() - checking
+        finally:
+            if upcoming is not None:
+                upcoming.kill()
+                upcoming.wait()
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="kill -9 a producing and cleaning workload; check every recovery")
+    parser.add_argument("--crashes", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=12, help="operations per child at most")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    summary = Summary()
+    # SIGTERM (or Ctrl-C) ends the run early: the started child is stopped, the table printed so far.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        run(args.crashes, args.seed, args.steps, stop_on_failure=False, progress=True, summary=summary)
+    except (KeyboardInterrupt, SystemExit):
+        print("interrupted", file=sys.stderr)
+    print(summary.table())
+    print(f"{'seconds':<48} {time.monotonic() - started:>8.0f}")
+    for failure in summary.failures:
+        print("FAILED", failure)
+    return 1 if summary.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

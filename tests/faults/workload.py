@@ -1,0 +1,138 @@
+"""The fault harness's workload: a child process that the driver (:mod:`harness`) kills with SIGKILL.
+
+``python workload.py <data_dir> <ack_log>`` imports, reads ``<seed> <steps> [<fault point>]`` from stdin
+(:func:`main`), opens the store and runs ``steps`` random
+operations: appends (``Store.append``), idempotent and transactional producers (commit and abort), forced
+cleaning, rolls, retention, and deleting and re-creating a topic. Before each operation it appends an
+*intent* line to ``ack_log`` and after it returns an *ack* line with what was acknowledged (the offsets of
+flushed records, a transaction's outcome), each line written with ``O_APPEND`` and fsynced before the
+workload goes on: the ack log is what the driver holds the recovered store to.
+
+Ack-log lines (JSON): ``{"intent": n, "op": <name>, "records": [[topic, partition, key, value], ...]}``
+then ``{"ack": n, "offsets": [...]}`` (one offset per record, in order; ``[]`` for an operation without
+records). Keys and values are ASCII strings; a value of null is a tombstone. Every value is unique
+(``<seed>-<step>-<i>``), so a value read back names the send it came from.
+
+Time is a fixed clock: no tombstone or transaction expires by time, so the model needs no clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from typing import Any
+
+import pyarrow as pa
+
+import compactlog
+from compactlog import faults
+
+CLOCK_MS = 1_000_000_000
+# The topics the workload writes: compacted (two partitions), delete with size retention, and a compacted
+# one it deletes and creates again.
+TOPICS: dict[str, tuple[int, dict[str, Any]]] = {
+    "c": (2, {"cleanup.policy": "compact", "segment.bytes": 3000, "min.cleanable.dirty.ratio": 0.01}),
+    "r": (1, {"cleanup.policy": "delete", "segment.bytes": 2000, "retention.bytes": 4000}),
+    "d": (1, {"cleanup.policy": "compact", "segment.bytes": 2000, "min.cleanable.dirty.ratio": 0.01}),
+}
+KEYS = 24  # per topic: few, so that compaction has superseded records to remove
+OPS = ("append", "append", "idempotent", "idempotent", "commit", "abort", "clean", "clean", "roll",
+       "retention", "recreate")
+
+
+class AckLog:
+    """Append-only, fsynced JSON lines."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, entry: dict[str, Any]) -> None:
+        os.write(self.fd, (json.dumps(entry) + "\n").encode())
+        os.fsync(self.fd)
+
+
+def batch(rng: random.Random, tag: str, topic: str, partitions: int, size: int) -> list[list[Any]]:
+    partition = rng.randrange(partitions)
+    return [[topic, partition, f"k{rng.randrange(KEYS):02d}", None if rng.random() < 0.1 else f"{tag}-{i}"]
+            for i in range(size)]
+
+
+def ensure_topics(store: compactlog.Store, acks: AckLog, n: str) -> None:
+    for topic, (partitions, config) in TOPICS.items():
+        if topic not in store.topics():
+            acks.write({"intent": f"{n}-{topic}", "op": "create", "topic": topic, "records": []})
+            store.create_topic(topic, partitions, config)
+            acks.write({"ack": f"{n}-{topic}", "offsets": []})
+
+
+def run(data_dir: str, ack_path: str, seed: int, steps: int) -> None:
+    rng = random.Random(seed)
+    acks = AckLog(ack_path)
+    store = compactlog.open(data_dir, clock=lambda: CLOCK_MS)
+    ensure_topics(store, acks, f"{seed}-setup")
+    print("ready", flush=True)  # the driver's random kill counts from here, not from the interpreter's start
+    idempotent = store.producer()
+    transactional = None
+    for step in range(steps):
+        n = f"{seed}-{step}"
+        op = rng.choice(OPS)
+        topic = rng.choice(("c", "c", "r", "d")) if op in ("append", "idempotent", "roll") else "c"
+        records = batch(rng, n, topic, TOPICS[topic][0], rng.randint(1, 40)) \
+            if op in ("append", "idempotent", "commit", "abort") else []
+        acks.write({"intent": n, "op": op, "topic": topic, "records": records})
+        offsets: list[int] = []
+        if op == "append":
+            part = records[0][1]
+            table = pa.table({"key": pa.array([r[2].encode() for r in records], pa.binary()),
+                              "value": pa.array([None if r[3] is None else r[3].encode() for r in records],
+                                                pa.binary())})
+            base = store.append(topic, part, table).base_offset
+            offsets = list(range(base, base + len(records)))
+        elif op in ("idempotent", "commit", "abort"):
+            if op == "idempotent":
+                producer = idempotent
+            else:
+                if transactional is None:  # a new instance aborts what a killed one left open
+                    transactional = store.producer(transactional_id="workload")
+                producer = transactional
+                producer.begin_transaction()
+            futures = [producer.send(t, r.encode() if r else None, v.encode() if v else None, partition=p)
+                       for t, p, r, v in records]
+            if op == "idempotent":
+                producer.flush()
+            elif op == "commit":
+                producer.commit_transaction()
+            else:
+                producer.flush()  # the records are in the log, then aborted
+                producer.abort_transaction()
+            offsets = [f.result().offset for f in futures]
+        elif op == "clean":
+            store.clean(force=True)
+        elif op == "roll":
+            store.roll(topic, rng.randrange(TOPICS[topic][0]))
+        elif op == "retention":
+            store.enforce_retention()
+        elif op == "recreate":
+            store.delete_topic("d")
+            acks.write({"ack": n, "offsets": []})
+            n = f"{n}-create"
+            acks.write({"intent": n, "op": "create", "topic": "d", "records": []})
+            store.create_topic("d", *TOPICS["d"])
+        acks.write({"ack": n, "offsets": offsets})
+    store.close()
+
+
+def main() -> None:
+    """``workload.py <data_dir> <ack_log>``, then one line on stdin: ``<seed> <steps> [<fault point>]``.
+    The process imports everything before it reads the line, so a driver can start it ahead."""
+    words = sys.stdin.readline().split()
+    if len(words) > 2:
+        os.environ[faults.FAULT_POINT_ENV] = words[2]
+        faults.rearm()
+    run(sys.argv[1], sys.argv[2], int(words[0]), int(words[1]))
+
+
+if __name__ == "__main__":
+    main()
