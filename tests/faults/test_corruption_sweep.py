@@ -93,9 +93,11 @@ def expected_state(root: Path) -> dict[str, Any]:
     producer id and bumps the transactional id's epoch)."""
     store = compactlog.open(str(root), clock=FakeClock())
     try:
+        # A partition that cannot be opened raises here, naming the file (describe reports it instead).
+        uncommitted = _records(store.read(TOPIC, 0))
         sealed_end = store.describe(TOPIC)[0].segments[-1].base_offset  # the active segment's
         state = {
-            "uncommitted": _records(store.read(TOPIC, 0)),
+            "uncommitted": uncommitted,
             "committed": _records(store.read(TOPIC, 0, isolation_level="read_committed")),
             "seek": _records(store.read(TOPIC, 0, start_offset=max(sealed_end - 7, 0))),
             "config": store.topic_config(TOPIC),
