@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,9 +246,10 @@ def run_child(proc: subprocess.Popen[str], seed: int, steps: int, fault: str | N
 
 
 def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
-        stop_on_failure: bool = True, progress: bool = False, summary: Summary | None = None) -> Summary:
-    """``crashes`` kills, alternately at the named points in turn (each at a random hit, 1 to 3) and at random
-    moments, each followed by :func:`check_store`; a failure stops the run if ``stop_on_failure``."""
+        stop_on_failure: bool = True, progress: bool = False, summary: Summary | None = None,
+        fault_points: Sequence[str] = FAULT_POINTS) -> Summary:
+    """``crashes`` kills, alternately at the named ``fault_points`` in turn (each at a random hit, 1 to 3) and
+    at random moments, each followed by :func:`check_store`; a failure stops the run if ``stop_on_failure``."""
     rng = random.Random(seed)
     summary = summary if summary is not None else Summary()
     if work is None and os.path.isdir("/dev/shm"):
@@ -258,7 +260,7 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
         data_dir, ack_log = Path(tmp) / "data", Path(tmp) / "acks.jsonl"
         ack_log.touch()
         work_seconds = 0.5  # a first guess, then the running mean of the children's work that ran to the end
-        points = list(FAULT_POINTS)
+        points = list(fault_points)
         n = point = tries = 0
         upcoming: subprocess.Popen[str] | None = None
         try:
