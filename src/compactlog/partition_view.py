@@ -3,18 +3,21 @@
 :func:`planner_state` reads a log's segment list into the frozen :class:`~compactlog.cleaner.plan.PartitionState`
 the pure planning functions take (the cleaner's selection, retention, ``describe``). :class:`PartitionInfo`
 and :class:`SegmentInfo` are what :meth:`compactlog.Store.describe` returns; :func:`describe_partition` fills
-them in from the log, its topic config, the cleaner checkpoint and the planner, or
-:func:`unreadable_partition` for a log that cannot be opened.
+them in from the log, its topic config, the cleaner checkpoint and the planner's answer to whether it can be
+compacted now (:func:`~compactlog.cleaner.cleanability.cleanability`), or :func:`unreadable_partition` for a
+log that cannot be opened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .cleaner.plan import CleaningPolicy, PartitionState, SegmentStats, log_to_clean
+from .cleaner.cleanability import REASON_UNCLEANABLE, Cleanability, cleanability
+from .cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
 
 if TYPE_CHECKING:
     from .config import TopicConfig
@@ -45,6 +48,8 @@ class PartitionInfo:
     uncleanable_reason: str | None = None
     max_compaction_delay_ms: int = 0
     last_stable_offset: int | None = None
+    # Whether the next cleaner pass compacts it, why not, until when, and its clean/dirty/uncleanable bytes.
+    cleanability: Cleanability | None = None
 
 
 def segment_stats(log: Log) -> tuple[SegmentStats, ...]:
@@ -67,30 +72,26 @@ def planner_state(log: Log, config: TopicConfig, checkpoint: int | None) -> Part
 
 
 def describe_partition(log: Log, config: TopicConfig, checkpoint: int | None, now_ms: int,
-                       uncleanable_reason: str | None) -> PartitionInfo:
+                       uncleanable_reason: str | None, cleaner_enabled: bool = True) -> PartitionInfo:
     metas = log.segments_meta()
     segments = [SegmentInfo(m.base_offset, m.size_bytes, m.record_count, m.max_timestamp, m.active) for m in metas]
-    state = planner_state(log, config, checkpoint)
-    info: dict[str, Any] = {}
-    if state.policy.compact:
-        ltc = log_to_clean(state, now_ms)
-        info = {
-            "first_dirty_offset": ltc.first_dirty_offset,
-            "first_uncleanable_offset": max(ltc.first_uncleanable_offset, ltc.first_dirty_offset),
-            "dirty_ratio": ltc.cleanable_ratio,
-            "max_compaction_delay_ms": ltc.max_compaction_delay_ms,
-        }
+    state = dataclasses.replace(planner_state(log, config, checkpoint), uncleanable_reason=uncleanable_reason)
+    answer = cleanability(state, now_ms, cleaner_enabled=cleaner_enabled)
     return PartitionInfo(
         partition=log.partition, log_start_offset=state.log_start_offset, log_end_offset=state.log_end_offset,
-        size_bytes=sum(m.size_bytes for m in metas), segments=segments, uncleanable_reason=uncleanable_reason,
-        last_stable_offset=state.last_stable_offset, **info)
+        size_bytes=sum(m.size_bytes for m in metas), segments=segments, first_dirty_offset=answer.first_dirty_offset,
+        first_uncleanable_offset=answer.first_uncleanable_offset, dirty_ratio=answer.dirty_ratio,
+        uncleanable_reason=uncleanable_reason, max_compaction_delay_ms=answer.max_compaction_delay_ms,
+        last_stable_offset=state.last_stable_offset, cleanability=answer)
 
 
 def unreadable_partition(partition: int, reason: str, directory: str) -> PartitionInfo:
     """A partition whose log cannot be opened: offsets -1 (unknown), the size of its files, no segments, and
-    the error (which names the damaged file) as its uncleanable reason."""
-    return PartitionInfo(partition=partition, log_start_offset=-1, log_end_offset=-1,
-                         size_bytes=partition_bytes(directory), segments=[], uncleanable_reason=reason)
+    the error (which names the damaged file) as its uncleanable reason; all its bytes are uncleanable."""
+    size = partition_bytes(directory)
+    answer = Cleanability(False, REASON_UNCLEANABLE, f"uncleanable: {reason}", None, 0, 0, size, 0.0, 0, None, None)
+    return PartitionInfo(partition=partition, log_start_offset=-1, log_end_offset=-1, size_bytes=size, segments=[],
+                         uncleanable_reason=reason, cleanability=answer)
 
 
 def partition_bytes(directory: str) -> int:

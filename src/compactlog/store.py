@@ -204,6 +204,10 @@ class Store:
     def partitions(self, topic: str) -> int:
         return self._meta(topic).partitions
 
+    def topic_overrides(self, topic: str) -> dict[str, Any]:
+        """The configs set on the topic itself (created or altered), also those equal to the default."""
+        return dict(self._meta(topic).overrides)
+
     def alter_topic_config(self, topic: str, changes: Mapping[str, Any]) -> TopicConfig:
         """Change topic-config overrides; a value of None resets a key to the data-directory default."""
         self.check_writable(f"alter topic {topic!r}")
@@ -420,17 +424,16 @@ class Store:
     def describe(self, topic: str) -> list[PartitionInfo]:
         """Every partition of ``topic``; one whose log cannot be opened (a damaged file) is described by
         :func:`~compactlog.partition_view.unreadable_partition`, with the error as its uncleanable reason."""
-        described = []
+        described, checkpoints = [], self.checkpoint.read()
         for partition in range(self.partitions(topic)):
-            tp = (topic, partition)
             try:
                 log = self.log(topic, partition)
             except CompactLogError as e:
-                directory = self._partition_dir(topic, partition)
-                described.append(unreadable_partition(partition, str(e), directory))
+                described.append(unreadable_partition(partition, str(e), self._partition_dir(topic, partition)))
                 continue
-            described.append(describe_partition(log, self.topic_config(topic), self.checkpoint.read().get(tp),
-                                                self.clock(), self.cleaner_state.uncleanable.get(tp)))
+            described.append(describe_partition(log, self.topic_config(topic), checkpoints.get((topic, partition)),
+                                                self.clock(), self.cleaner_state.uncleanable.get((topic, partition)),
+                                                self.broker.log_cleaner_enable))
         return described
 
     # -- retention and cleaning --------------------------------------------------------------------------

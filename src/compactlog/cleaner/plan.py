@@ -200,14 +200,19 @@ class LogToClean:
         return (self.topic, self.partition)
 
 
+def earliest_dirty_timestamp(segments: Sequence[SegmentStats], first_dirty_offset: int) -> int | None:
+    """The first timestamp of the oldest dirty non-active segment: max.compaction.lag.ms counts from it
+    (Kafka skips segments without a positive timestamp). None when no such segment has one."""
+    firsts = [s.first_timestamp for s in _non_active_from(segments, first_dirty_offset) if s.first_timestamp > 0]
+    return min(firsts, default=None)
+
+
 def max_compaction_delay(
     segments: Sequence[SegmentStats], first_dirty_offset: int, now_ms: int, max_compaction_lag_ms: int
 ) -> int:
     """``maxCompactionDelay`` (§1.3 step 4): how long the oldest dirty non-active segment is overdue, or 0."""
-    firsts = [
-        s.first_timestamp for s in _non_active_from(segments, first_dirty_offset) if s.first_timestamp > 0
-    ]
-    earliest = min(firsts, default=LONG_MAX)
+    earliest = earliest_dirty_timestamp(segments, first_dirty_offset)
+    earliest = LONG_MAX if earliest is None else earliest
     # Exact arithmetic: with max lag = Long.MAX_VALUE, clean_until is hugely negative and nothing is ever due.
     clean_until = now_ms - max(max_compaction_lag_ms, 0)
     return clean_until - earliest if earliest < clean_until else 0
@@ -276,6 +281,13 @@ def _nothing_cleanable_reason(state: PartitionState, ltc: LogToClean) -> str:
     return f"nothing cleanable: first dirty offset {first_dirty} is {where} the active segment (base {base})"
 
 
+def due_for_cleaning(ltc: LogToClean, policy: CleaningPolicy, force: bool = False) -> bool:
+    """Whether a candidate with cleanable bytes is cleaned now: overdue by max.compaction.lag.ms, its dirty
+    ratio strictly above min.cleanable.dirty.ratio, or ``force`` (which waives the ratio only)."""
+    return ltc.cleanable_bytes > 0 and (
+        force or ltc.need_compaction_now or ltc.cleanable_ratio > policy.min_cleanable_dirty_ratio)
+
+
 def select_logs(states: Iterable[PartitionState], now_ms: int, force: bool = False) -> Selection:
     """``grabFilthiestCompactedLog`` for every partition at once (§1.3, Appendix A.1).
 
@@ -313,7 +325,7 @@ def select_logs(states: Iterable[PartitionState], now_ms: int, force: bool = Fal
         max_ratio = max(max_ratio, ltc.cleanable_ratio)
         if ltc.cleanable_bytes == 0:
             skipped[state.key] = _nothing_cleanable_reason(state, ltc)
-        elif force or ltc.need_compaction_now or ltc.cleanable_ratio > policy.min_cleanable_dirty_ratio:
+        elif due_for_cleaning(ltc, policy, force):
             chosen.append(ltc)
         else:
             skipped[state.key] = (
