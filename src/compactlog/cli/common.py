@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import compactlog
+from compactlog.errors import DataDirectoryError
 
 ENV_DATA_DIR = "COMPACTLOG_DATA_DIR"
 DEFAULT_DATA_DIR = "data"
@@ -24,23 +25,24 @@ class UsageError(Exception):
 
 
 def data_dir_parent() -> argparse.ArgumentParser:
-    """The ``--data-dir`` option, shared by every command."""
+    """The ``--data-dir`` option, shared by every command: it may follow the command as well as precede it
+    (``compactlog --data-dir D``). Unset here leaves the value given before the command in place."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--data-dir", metavar="DIR",
+    parent.add_argument("--data-dir", metavar="DIR", default=argparse.SUPPRESS,
                         help=f"the data directory (default: ${ENV_DATA_DIR}, else ./{DEFAULT_DATA_DIR})")
     return parent
 
 
 def data_dir(args: argparse.Namespace) -> str:
-    return args.data_dir or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR
+    return getattr(args, "data_dir", None) or os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR
 
 
 def open_store(args: argparse.Namespace, create: bool = False) -> compactlog.Store:
-    """The store of ``--data-dir``; it must exist unless ``create`` (a path that is not a data directory is
-    the store's DataDirectoryError)."""
+    """The store of ``--data-dir``; it must exist unless ``create`` (else DataDirectoryError, as for a path
+    that is not a data directory)."""
     path = data_dir(args)
     if not create and not os.path.lexists(path):
-        raise UsageError(f"data directory {path!r} does not exist (use --data-dir or ${ENV_DATA_DIR})")
+        raise DataDirectoryError(f"data directory {path!r} does not exist (use --data-dir or ${ENV_DATA_DIR})")
     return compactlog.open(path)
 
 
