@@ -113,28 +113,45 @@ def test_a_partition_left_uncleanable_exits_1(data_dir: str, monkeypatch: pytest
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["topics", "describe", "nope"], "UnknownTopicOrPartitionError: unknown topic 'nope'"),
-    (["topics", "create", "users"], "TopicExistsError: topic 'users' already exists"),
+    (["topics", "describe", "nope"], "compactlog: UnknownTopicOrPartitionError: unknown topic 'nope'"),
+    (["topics", "create", "users"], "compactlog: TopicExistsError: topic 'users' already exists"),
     (["topics", "create", "t2", "--config", "segment.bytes=1"],
-     "ConfigError: segment.bytes: 1 is out of range"),
-    (["topics", "create", "t3", "--config", "segment.bytes"], "--config takes NAME=VALUE"),
-    (["clean", "--partition", "0", "--in-process"], "--partition needs --topic"),
-    (["clean", "--topic", "nope", "--in-process"], "unknown topic 'nope'"),
-    (["consume", "--topic", "users", "--offset", "3"], "--offset needs --partition"),
-    (["consume", "--topic", "users", "--partition", "0", "--offset", "3"], "OffsetOutOfRangeError"),
+     "compactlog: ConfigError: segment.bytes: 1 is out of range"),
+    (["clean", "--topic", "nope", "--in-process"], "compactlog: UnknownTopicOrPartitionError: unknown topic"),
+    (["consume", "--topic", "users", "--partition", "0", "--offset", "3"], "compactlog: OffsetOutOfRangeError: "),
+    (["roll", "--topic", "nope"], "compactlog: UnknownTopicOrPartitionError: unknown topic 'nope'"),
 ])
-def test_errors_go_to_stderr_with_exit_code_2(data_dir: str, capsys: pytest.CaptureFixture[str],
-                                             argv: list[str], message: str) -> None:
+def test_failures_go_to_stderr_in_one_line_with_exit_code_1(data_dir: str, capsys: pytest.CaptureFixture[str],
+                                                            argv: list[str], message: str) -> None:
     code, out, err = run(capsys, *argv)
+    assert code == 1
+    assert err.startswith(message) and err.count("\n") == 1
+    assert out == ""
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["topics", "create", "t3", "--config", "segment.bytes"], "compactlog topics create: error: --config takes"),
+    (["clean", "--partition", "0", "--in-process"], "compactlog clean: error: --partition needs --topic"),
+    (["consume", "--topic", "users", "--offset", "3"], "compactlog consume: error: --offset needs --partition"),
+    (["topics", "alter", "users"], "compactlog topics alter: error: nothing to alter"),
+    (["topics", "delete"], "compactlog topics delete: error: the topic is required: --topic TOPIC"),
+    (["topics", "delete", "users", "--topic", "other"], "compactlog topics delete: error: two topics given"),
+    (["roll", "--topic", "users", "--partition", "x"], "compactlog roll: error: argument --partition: invalid int"),
+])
+def test_usage_errors_show_the_commands_usage_with_exit_code_2(
+        data_dir: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, out, err = run(capsys, *argv)
+    usage, error = err.splitlines()
     assert code == 2
-    assert message in err
+    assert usage.startswith(f"usage: compactlog {argv[0]}")
+    assert error.startswith(message)
     assert out == ""
 
 
 def test_a_missing_data_directory_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "missing")
     code, _, err = run(capsys, "topics", "list", "--data-dir", missing)
-    assert code == 2 and "does not exist" in err
+    assert code == 1 and "DataDirectoryError: data directory" in err and "does not exist" in err
     assert not os.path.exists(missing)
 
 

@@ -2,7 +2,8 @@
 
 :func:`cleanability` answers from the planner's frozen :class:`~.plan.PartitionState` and ``now_ms`` with
 the same rules the cleaner's selection applies (:func:`~.plan.log_to_clean`, :func:`~.plan.due_for_cleaning`),
-so what ``topics describe`` says is what the next pass does. ``explain``, ``clean --dry-run`` and the log's
+so what ``topics describe`` says is what the next pass does (a pass first rolls an active segment older than
+``max.compaction.lag.ms``; the answer counts that roll). ``explain``, ``clean --dry-run`` and the log's
 picture may call it too.
 
 Reasons (``Cleanability.reason``), checked in this order; the first that applies is the answer:
@@ -34,6 +35,7 @@ middle of a segment counts that segment as clean and dirty both, so the three ma
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 
@@ -43,8 +45,10 @@ from .plan import (
     LIMIT_MIN_LAG,
     LogToClean,
     PartitionState,
+    SegmentStats,
     due_for_cleaning,
     earliest_dirty_timestamp,
+    idle_roll_due,
     log_to_clean,
 )
 
@@ -100,14 +104,18 @@ def cleanability(state: PartitionState, now_ms: int, *, cleaner_enabled: bool = 
                  force: bool = False) -> Cleanability:
     """Whether ``state`` is compacted by a pass at ``now_ms`` and, if not, why (see the module docstring).
 
-    ``cleaner_enabled`` is the data directory's ``log.cleaner.enable``; ``force`` is ``clean --force``.
+    ``cleaner_enabled`` is the data directory's ``log.cleaner.enable``. ``force`` waives the dirty ratio (a
+    forced pass that also rolls the active segment is asked with :func:`state_after_roll`'s state).
     ``state.uncleanable_reason`` (set by the caller from the cleaner's state) makes the partition
-    uncleanable. Pure: no I/O, no clock."""
+    uncleanable. The answer is for the state the pass selects from (:func:`state_after_idle_roll`). Pure: no
+    I/O, no clock."""
     policy = state.policy
     if not policy.compact:
         return Cleanability(False, REASON_NOT_COMPACTED,
                             f"cleanup.policy={policy.cleanup_policy or '<empty>'} has no compact", None,
                             0, 0, 0, 0.0, 0, None, None)
+    if cleaner_enabled:
+        state = state_after_idle_roll(state, now_ms)
     ltc = log_to_clean(state, now_ms)
     total = sum(s.size_bytes for s in state.segments)
     if not cleaner_enabled:
@@ -133,6 +141,23 @@ def cleanability(state: PartitionState, now_ms: int, *, cleaner_enabled: bool = 
     due = f"; due by max.compaction.lag.ms at {format_time_ms(due_at)}" if due_at is not None else ""
     return _answer(ltc, total, False, REASON_RATIO_BELOW,
                    f"dirty ratio {ratio:.2f} <= min.cleanable.dirty.ratio {threshold:.2f}{due}", due_at)
+
+
+def state_after_roll(state: PartitionState) -> PartitionState:
+    """``state`` with its active segment sealed and a new empty one at the log end, as a roll leaves it; the
+    same state when the active segment is empty (a roll does nothing then)."""
+    active, end = state.active, state.log_end_offset
+    if active.is_empty:
+        return state
+    fresh = SegmentStats(end, end, 0, 0, -1, -1, True)
+    return dataclasses.replace(state, segments=(*state.segments[:-1], dataclasses.replace(active, active=False), fresh))
+
+
+def state_after_idle_roll(state: PartitionState, now_ms: int) -> PartitionState:
+    """The state a cleaner pass at ``now_ms`` selects from: a compacted log's pass first rolls an active
+    segment whose first record is older than max.compaction.lag.ms (:func:`~.plan.idle_roll_due`)."""
+    due = state.policy.compact and idle_roll_due(state.active, now_ms, state.policy.max_compaction_lag_ms)
+    return state_after_roll(state) if due else state
 
 
 def _answer(ltc: LogToClean, total: int, cleanable: bool, reason: str, detail: str, until_ms: int | None = None,
