@@ -145,9 +145,9 @@ def cleanability(state: PartitionState, now_ms: int, *, cleaner_enabled: bool = 
 
 def state_after_roll(state: PartitionState) -> PartitionState:
     """``state`` with its active segment sealed and a new empty one at the log end, as a roll leaves it; the
-    same state when the active segment is empty (a roll does nothing then)."""
+    same state when the active segment is empty or holds no offset (a roll does nothing then)."""
     active, end = state.active, state.log_end_offset
-    if active.is_empty:
+    if active.is_empty or end <= active.base_offset:
         return state
     fresh = SegmentStats(end, end, 0, 0, -1, -1, True)
     return dataclasses.replace(state, segments=(*state.segments[:-1], dataclasses.replace(active, active=False), fresh))
