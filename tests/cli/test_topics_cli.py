@@ -108,9 +108,11 @@ def test_describe_all_shows_every_config_with_its_source_and_json_carries_the_sa
     data = str(tmp_path / "d")
     ok(cli("topics", "create", "--topic", "t", "--config", "cleanup.policy=compact",
            "--config", "segment.bytes=1073741824", "--data-dir", data, cwd=tmp_path))  # equal to the default
+    ok(cli("topics", "create", "u", "--data-dir", data, cwd=tmp_path))  # the name given positionally
     Path(data, "server.properties").write_text("log.retention.hours=1\n")
 
     out = ok(cli("topics", "describe", "t", "--all", "--data-dir", data, cwd=tmp_path)).splitlines()
+    assert not any(line.startswith("Topic: u") for line in out)  # only the topic named
 
     assert out[0] == "Topic: t\tPartitionCount: 1\tConfigs: cleanup.policy=compact,segment.bytes=1073741824"
     assert out[2] == "All configs for topic t are:"
