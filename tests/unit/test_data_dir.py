@@ -137,7 +137,7 @@ def test_a_non_empty_directory_that_is_not_a_store_is_refused_and_left_alone(tmp
     with pytest.raises(DataDirectoryError, match=r"not empty and has no meta\.properties"):
         compactlog.open(etc)
     code, out, err = cli(capsys, "topics", "list", "--data-dir", str(etc))
-    assert (code, out) == (2, "")
+    assert (code, out) == (1, "")
     assert err.startswith("compactlog: DataDirectoryError: ") and err.count("\n") == 1
     assert tree(etc) == before
 
@@ -165,13 +165,13 @@ def test_a_path_that_is_a_file_is_one_clear_error(tmp_path: Path, inside: bool,
     with pytest.raises(DataDirectoryError, match=f"^{re.escape(message)}$"):
         compactlog.open(path)
     code, out, err = cli(capsys, "topics", "create", "t", "--data-dir", str(path))
-    assert (code, out) == (2, "")
+    assert (code, out) == (1, "")
     assert err.startswith("compactlog: DataDirectoryError: ") and err.count("\n") == 1, err
     code, out, err = cli(capsys, "topics", "list", "--data-dir", str(path))
-    assert (code, out) == (2, "")
+    assert (code, out) == (1, "")
     assert err.count("\n") == 1  # a command that only reads: a path under a file does not exist
-    assert err.startswith("compactlog topics: error: data directory" if inside else
-                          "compactlog: DataDirectoryError: "), err
+    assert err.startswith(f"compactlog: DataDirectoryError: data directory '{path}' does not exist" if inside
+                          else "compactlog: DataDirectoryError: "), err
 
 
 def test_an_unreadable_directory_is_one_clear_error(tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_an_unreadable_directory_is_one_clear_error(tmp_path: Path) -> None:
                                str(data)], capture_output=True, text=True, cwd=tmp_path)
     finally:
         data.chmod(0o755)
-    assert done.returncode == 2 and done.stdout == ""
+    assert done.returncode == 1 and done.stdout == ""
     assert done.stderr == f"compactlog: DataDirectoryError: cannot read data directory {data}: Permission denied\n"
 
 
@@ -303,12 +303,12 @@ def test_read_only_commands_work_and_writes_are_one_line(filled: Path, capsys: p
         code, out, _ = cli(capsys, "topics", "describe", "t", "--data-dir", str(view))
         assert code == 0 and "LogEnd: 6" in out
         code, out, err = cli(capsys, "topics", "create", "u", "--data-dir", str(view))
-        assert (code, out) == (2, "")
+        assert (code, out) == (1, "")
         assert err == f"compactlog: ReadOnlyStoreError: cannot create topic 'u': the data directory {view} is " \
                       "read-only (opened for reads only)\n"
         monkeypatch.setattr("compactlog.cli.clean._clean_on_spark", lambda *a: pytest.fail("started Spark"))
         code, out, err = cli(capsys, "clean", "--data-dir", str(view))
-        assert (code, out) == (2, "") and err.startswith("compactlog: ReadOnlyStoreError: cannot clean: ")
+        assert (code, out) == (1, "") and err.startswith("compactlog: ReadOnlyStoreError: cannot clean: ")
 
 
 # ------------------------------------------------------------------------------- topic metadata files
@@ -335,7 +335,7 @@ def test_a_corrupt_topic_file_fails_only_that_topic(tmp_path: Path, content: byt
             with pytest.raises(CorruptTopicMetadataError, match=expected):
                 use()
     code, _, err = cli(capsys, "consume", "--topic", "bad", "--data-dir", str(data))
-    assert code == 2 and err.startswith("compactlog: CorruptTopicMetadataError: ") and err.count("\n") == 1
+    assert code == 1 and err.startswith("compactlog: CorruptTopicMetadataError: ") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("existing, new", [("my.topic", "my_topic"), ("my_topic", "my.topic"),

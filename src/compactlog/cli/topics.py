@@ -126,7 +126,8 @@ def describe_topic(store: compactlog.Store, topic: str, all_configs: bool) -> di
         partitions.append(entry)
     entries = config_entries(store, topic)
     described = {"topic": topic, "partitions": partitions,
-                 "configs": {e.name: e.value for e in entries if e.source == SOURCE_TOPIC}}
+                 "configs": {e.name: e.value for e in entries if e.source == SOURCE_TOPIC},
+                 "broker_configs_without_effect": broker_configs_without_effect(store)}
     if all_configs:
         described["all_configs"] = [dataclasses.asdict(e) for e in entries]
     return described
