@@ -104,6 +104,24 @@ def test_failures_exit_1_and_usage_errors_exit_2_each_in_one_line_never_a_traceb
         f"compactlog: NotADirectoryError: [Errno 20] Not a directory: '{data}/.topics/.lock'"]
 
 
+def test_a_reader_that_closed_the_pipe_is_no_error(tmp_path: Path) -> None:
+    """``compactlog topics describe --all | head -0``: output to a closed pipe, more than a write buffer, ends
+    the command quietly with exit 0."""
+    data = str(tmp_path / "d")
+    with compactlog.open(data) as store:
+        for number in range(40):  # each topic's --all description is over a kilobyte
+            store.create_topic(f"t{number}")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+        done = subprocess.run([COMPACTLOG, "topics", "describe", "--all", "--data-dir", data], cwd=tmp_path,
+                              env=env, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=CHILD_TIMEOUT_S)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_describe_all_shows_every_config_with_its_source_and_json_carries_the_same(tmp_path: Path) -> None:
     data = str(tmp_path / "d")
     ok(cli("topics", "create", "--topic", "t", "--config", "cleanup.policy=compact",

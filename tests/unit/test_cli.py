@@ -170,3 +170,18 @@ def test_alter_and_delete(data_dir: str, capsys: pytest.CaptureFixture[str]) -> 
                                     "min.cleanable.dirty.ratio": 0.01}
     assert run(capsys, "topics", "delete", "users") == (0, "Deleted topic users.\n", "")
     assert run(capsys, "topics", "list") == (0, "", "")
+
+
+@pytest.mark.parametrize(("raised", "code", "message"), [
+    (KeyError("k"), 1, "compactlog: KeyError: 'k'\n"),
+    (RuntimeError("two\nlines"), 1, "compactlog: RuntimeError: two lines\n"),
+    (KeyboardInterrupt(), 130, "compactlog: interrupted\n"),
+])
+def test_an_unexpected_exception_is_one_line_never_a_traceback(
+        data_dir: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        raised: BaseException, code: int, message: str) -> None:
+    def fail(args: object) -> int:
+        raise raised
+
+    monkeypatch.setattr("compactlog.cli.topics.run_list", fail)
+    assert run(capsys, "topics", "list") == (code, "", message)

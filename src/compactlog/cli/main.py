@@ -17,6 +17,7 @@ Exit codes and what stderr shows (never a traceback):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -97,8 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{command.prog}: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `compactlog consume ... | head`: the reader has what it wanted
-        # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # Python flushes stdout again at exit; point it at /dev/null so that flush cannot fail (a stdout
+        # without a file descriptor, as a test's capture, has nothing to point).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
