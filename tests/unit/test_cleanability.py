@@ -92,6 +92,8 @@ def test_dirty_records_only_in_the_active_segment() -> None:
     assert state_after_idle_roll(lagged, 1351) == state_after_roll(lagged)
     rolled = cleanability(lagged, now_ms=1351)
     assert (rolled.cleanable, rolled.reason) == (True, c.REASON_MAX_LAG_DUE)
+    assert rolled.detail.endswith("(the pass first seals the active segment: its first record is older than "
+                                  "max.compaction.lag.ms)")
     assert (rolled.first_dirty_offset, rolled.first_uncleanable_offset, rolled.dirty_bytes) == (0, 5, 50)
 
 

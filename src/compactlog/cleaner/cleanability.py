@@ -114,8 +114,17 @@ def cleanability(state: PartitionState, now_ms: int, *, cleaner_enabled: bool = 
         return Cleanability(False, REASON_NOT_COMPACTED,
                             f"cleanup.policy={policy.cleanup_policy or '<empty>'} has no compact", None,
                             0, 0, 0, 0.0, 0, None, None)
-    if cleaner_enabled:
-        state = state_after_idle_roll(state, now_ms)
+    rolled = state_after_idle_roll(state, now_ms) if cleaner_enabled else state
+    answer = _decide(rolled, now_ms, cleaner_enabled, force)
+    if rolled is state:
+        return answer
+    return dataclasses.replace(answer, detail=f"{answer.detail} (the pass first seals the active segment: its "
+                               "first record is older than max.compaction.lag.ms)")
+
+
+def _decide(state: PartitionState, now_ms: int, cleaner_enabled: bool, force: bool) -> Cleanability:
+    """:func:`cleanability` for a compacted topic, of the state the pass selects from."""
+    policy = state.policy
     ltc = log_to_clean(state, now_ms)
     total = sum(s.size_bytes for s in state.segments)
     if not cleaner_enabled:
