@@ -235,7 +235,7 @@ def topic_picture(store: Store, topic: str) -> TopicPicture:
     for info in store.describe(topic):
         checkpoint = checkpoints.get((topic, info.partition))
         if not info.segments:  # a log that cannot be opened: its files, uncleanable, as describe says
-            box = SegmentBox(-1, -1, info.size_bytes, 0, 0, 0, UNCLEANABLE)
+            box = SegmentBox(-1, -1, info.size_bytes, 0, 0, 0, UNCLEANABLE, info.uncleanable_reason)
             rows.append(PartitionPicture(info.partition, -1, -1, info.size_bytes, (box,), checkpoint, None, 0.0,
                                          f"not cleaned: uncleanable: {info.uncleanable_reason}", False))
             continue

@@ -150,7 +150,9 @@ def _summary(partition: PartitionPicture) -> str:
     offsets = ("offsets unknown" if partition.log_end_offset < 0
                else f"offsets {partition.log_start_offset}..{partition.log_end_offset}")
     checkpoint = "never cleaned" if partition.checkpoint is None else f"checkpoint {partition.checkpoint}"
-    return (f"{human_bytes(partition.size_bytes)} in {len(segments)} segment{'s' if len(segments) != 1 else ''}  ·  "
+    files = (f"{human_bytes(partition.size_bytes)} of files" if partition.log_end_offset < 0 else
+             f"{human_bytes(partition.size_bytes)} in {len(segments)} segment{'s' if len(segments) != 1 else ''}")
+    return (f"{files}  ·  "
             f"{offsets}  ·  {checkpoint}  ·  dirty ratio {partition.dirty_ratio:.2f}  ·  {records} records, "
             f"{duplicates} duplicates, {tombstones} tombstones")
 
