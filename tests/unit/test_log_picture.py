@@ -202,8 +202,8 @@ def test_the_png_has_the_expected_size_and_colours_each_partition_by_its_state(t
 
     image = imread(tmp_path / "t.png")
     assert (image.shape[1], image.shape[0]) == figure_size_px(2) == (1400, 130 + 2 * 170 + 20)
-    assert box_pixel(image, 0) == rgb(COLOURS[CLEAN])
-    assert box_pixel(image, 1) == rgb(COLOURS[CLEANABLE])
+    assert box_pixel(image, 0) == rgb(COLOURS[CLEAN]) == (0x4E, 0x9A, 0x5B)
+    assert box_pixel(image, 1) == rgb(COLOURS[CLEANABLE]) == (0xF0, 0xA8, 0x30)
 
 
 class Boxes(HTMLParser):

@@ -52,7 +52,7 @@ HEADER_IN = 1.3  # title and legend
 ROW_IN = 1.7  # one partition: its boxes and the lines under them
 FOOTER_IN = 0.2
 BOX_HEIGHT = 0.48  # of a row's height, in data units (a row is 1 unit tall)
-STATUS_CHARS = 190  # the status line wraps at this many characters, onto at most two lines
+STATUS_CHARS = 165  # the status line wraps at this many characters, onto at most two lines
 MIN_LABEL_PX = 70  # a box narrower than this gets no counts written in it
 
 
