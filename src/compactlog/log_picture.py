@@ -19,8 +19,9 @@ and its section, one of :data:`SECTIONS`, decided by :func:`segment_sections` fr
 :func:`partition_status` says in one line whether the next pass cleans the partition and, if not, why
 (the planner's own reason, from :func:`~compactlog.cleaner.plan.select_logs`). :func:`segment_counts`
 counts records, duplicates and tombstones per segment from the partition's key, value and offset columns,
-vectorised (an Arrow group-by of the keys). :func:`box_extents` lays a row out: a segment's width is its
-share of the partition's bytes, with a floor so that empty and small segments stay visible.
+vectorised (the keys grouped by an Arrow hash encoding, each group's newest offset taken with numpy).
+:func:`box_extents` lays a row out: a segment's width is its share of the partition's bytes, with a floor so
+that empty and small segments stay visible.
 
 :func:`topic_picture` is the one function here that reads (the store's logs and checkpoint); the rest are
 pure. Rendering lives in :mod:`compactlog.log_picture_png` and :mod:`compactlog.log_picture_html`.
@@ -170,7 +171,7 @@ def segment_counts(tables: Iterable[pa.Table], segment_bases: Sequence[int]) -> 
     ``tables`` hold the partition's ``offset``, ``key`` and ``value`` columns (any number of tables, in any
     order; every record of the partition once). A record counts in the segment whose base offset is the
     greatest at or below its offset. A duplicate is a record whose key appears again at a later offset in
-    the partition (one group-by of the keys gives each key's newest offset); a record without a key is never
+    the partition (grouping the keys gives each key's newest offset); a record without a key is never
     a duplicate. A tombstone is a record whose value is null."""
     bases = np.asarray(segment_bases, dtype=np.int64)
     counts = np.zeros((len(bases), 3), dtype=np.int64)
@@ -184,12 +185,19 @@ def segment_counts(tables: Iterable[pa.Table], segment_bases: Sequence[int]) -> 
     if not keyed:
         return counts
     records = pa.concat_tables(keyed)
-    newest = records.group_by("key").aggregate([("offset", "max")])
-    # An inner join on the key: rows with a null key find no match (null never equals null here).
-    joined = records.join(newest, keys="key", join_type="inner")
-    superseded = pc.less(joined.column("offset"), joined.column("offset_max"))
-    dup_offsets = to_numpy(joined.column("offset").filter(superseded))
-    where = np.searchsorted(bases, dup_offsets, side="right") - 1
+    records = records.filter(pc.is_valid(records.column("key")))  # a record without a key is never a duplicate
+    if records.num_rows == 0:
+        return counts
+    # The group-by: a hash dictionary-encode of the keys gives each record its key's group id (one dictionary
+    # shared by every chunk), and numpy takes each group's newest offset. Table.group_by would do the same
+    # but imports pyarrow.acero, which imports pandas (see compactlog.columns).
+    groups = pc.dictionary_encode(records.column("key"))
+    ids = np.concatenate([to_numpy(chunk.indices) for chunk in groups.chunks])
+    offsets = np.concatenate([to_numpy(chunk) for chunk in records.column("offset").chunks])
+    newest = np.full(len(groups.chunks[0].dictionary), -1, dtype=np.int64)
+    np.maximum.at(newest, ids, offsets)
+    superseded = offsets[offsets < newest[ids]]
+    where = np.searchsorted(bases, superseded, side="right") - 1
     counts[:, 1] += np.bincount(where, minlength=len(bases))
     return counts
 

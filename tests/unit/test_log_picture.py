@@ -285,3 +285,13 @@ def test_import_compactlog_and_the_cli_do_not_import_matplotlib() -> None:
     code = "import compactlog, compactlog.cli.main, compactlog.log_picture, sys; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_picture_of_a_topic_never_imports_pandas(tmp_path: Path) -> None:
+    """As reads and cleans (tests/unit/test_import.py): the counts group keys without pyarrow.acero."""
+    three_partitions(tmp_path / "data", FakeClock()).close()
+    code = ("import compactlog, sys; from compactlog.log_picture import topic_picture; "
+            f"picture = topic_picture(compactlog.open({str(tmp_path / 'data')!r}), 'users'); "
+            "print(sum(b.duplicate_count for p in picture.partitions for b in p.segments), 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.split() == ["1140", "False"]
