@@ -107,3 +107,7 @@ class InvalidRequestError(CompactLogError, ValueError):
 
 class CorruptTransactionStateError(CompactLogError):
     """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""
+
+
+class ReportWriteError(CompactLogError, OSError):
+    """A report or picture file (``topics describe --plot`` / ``--html``) that cannot be written."""

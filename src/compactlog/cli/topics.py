@@ -22,6 +22,7 @@ from compactlog.config import BROKER_CONFIGS
 from compactlog.config_sources import SOURCE_TOPIC, ConfigEntry, read_server_properties, topic_config_entries
 from compactlog.errors import CompactLogError
 
+from . import log_picture
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
 
 
@@ -72,6 +73,7 @@ def add_parser(commands: Any) -> None:
                           help="every effective config with its source (topic, data-directory, default)")
     describe.add_argument("--segments", action="store_true", help="list every segment too")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
+    log_picture.add_arguments(describe)
     describe.set_defaults(run=run_describe)
 
     alter = actions.add_parser("alter", parents=[parent], help="change topic configs")
@@ -182,6 +184,7 @@ def run_describe(args: argparse.Namespace) -> int:
                 except CompactLogError as e:
                     described.append({"topic": name, "error": str(e)})
         inert = broker_configs_without_effect(store)
+        log_picture.write_pictures(args, store)
     if args.json:
         print_json(described if not topic else described[0])
     else:
