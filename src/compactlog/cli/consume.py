@@ -21,9 +21,12 @@ of distinct keys (a dict of key to newest offset, as the cleaner's offset map), 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import pyarrow as pa
@@ -84,9 +87,14 @@ class ConsoleConsumer:
         self.max_messages = max_messages
         self.timestamp_type = store.topic_config(topic).message_timestamp_type
         self.processed = 0
+        self.stopped = False
+
+    def stop(self) -> None:
+        """End the reads after the batch being printed (a signal handler calls this: Ctrl-C, SIGTERM)."""
+        self.stopped = True
 
     def done(self) -> bool:
-        return self.max_messages is not None and self.processed >= self.max_messages
+        return self.stopped or (self.max_messages is not None and self.processed >= self.max_messages)
 
     def end_offset(self, partition: int) -> int:
         """Where a read of ``partition`` stops: its log end, or its last stable offset for read_committed."""
@@ -106,11 +114,11 @@ class ConsoleConsumer:
                 for table in self.store.read_tables(self.topic, partition, position, window_end,
                                                     columns=self.formatter.columns(),
                                                     isolation_level=self.isolation_level):
-                    printed_to = self._print(table, partition)
-                    if self.done():
-                        window_end = printed_to
+                    position = self._print(table, partition) or position
+                    if self.done():  # the position is right after the last record printed
                         break
-                position = window_end
+                else:
+                    position = window_end
             self.positions[partition] = position
             if self.done():
                 break
@@ -126,10 +134,14 @@ class ConsoleConsumer:
         """Print the table's records (up to --max-messages); returns the offset after the last printed."""
         if self.max_messages is not None:
             table = table.slice(0, self.max_messages - self.processed)
+        after_last = 0
         for batch in table.to_batches(max_chunksize=FORMAT_ROWS):
+            if self.stopped or not batch.num_rows:
+                break
             self.out.write(b"".join(self.formatter.format_table(batch, partition, self.timestamp_type)))
-        self.processed += table.num_rows
-        return int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else 0
+            self.processed += batch.num_rows
+            after_last = int(batch.column("offset")[-1].as_py()) + 1
+        return after_last
 
     def print_latest(self) -> None:
         """Print the newest record of every live key of each partition from its position (the compacted
@@ -211,6 +223,23 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError("--latest prints a snapshot; it cannot --follow")
 
 
+@contextlib.contextmanager
+def _stopped_by_signals(consumer: ConsoleConsumer) -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM end the consumer as its own end would: after the batch being printed,
+    with the count on stderr and exit code 0, as Kafka's console consumer's shutdown hook does. A handler that
+    raised instead (KeyboardInterrupt) could land between a write and its count."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = {number: signal.signal(number, lambda signum, frame: consumer.stop())
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     _check_args(args)
     given = {} if args.key_separator is None else {"key.separator": args.key_separator}
@@ -223,13 +252,11 @@ def run(args: argparse.Namespace) -> int:
                                     args.isolation_level)
         consumer = ConsoleConsumer(store, args.topic, positions, formatter, sys.stdout.buffer,
                                    args.isolation_level, args.max_messages)
-        try:
+        with _stopped_by_signals(consumer):
             if args.latest:
                 consumer.print_latest()
             else:
                 consume_loop(consumer, args.follow or args.timeout_ms is not None, args.timeout_ms, store.clock,
                              lambda ms: time.sleep(ms / 1000))
-        except KeyboardInterrupt:  # Ctrl-C ends a --follow: a normal end, as Kafka's consumer
-            sys.stdout.flush()
     print(f"Processed a total of {consumer.processed} messages", file=sys.stderr)
     return 0
