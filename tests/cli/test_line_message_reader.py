@@ -15,48 +15,49 @@ def reader(*pairs: str) -> LineMessageReader:
 
 
 def test_defaults_here_are_a_key_before_the_first_colon() -> None:
-    assert reader().read_line("k:v:w", 1) == LineRecord(b"k", b"v:w", [])  # the value keeps later separators
-    assert reader().read_line("k:", 1) == LineRecord(b"k", b"", [])  # an empty value is not a tombstone
-    assert reader("parse.key=false").read_line("k:v", 1) == LineRecord(None, b"k:v", [])
+    assert reader().read_line(b"k:v:w", 1) == LineRecord(b"k", b"v:w", [])  # the value keeps later separators
+    assert reader().read_line(b"k:", 1) == LineRecord(b"k", b"", [])  # an empty value is not a tombstone
+    assert reader("parse.key=false").read_line(b"k:v", 1) == LineRecord(None, b"k:v", [])
 
 
 def test_null_marker_makes_a_key_a_value_or_a_header_value_null() -> None:
     r = reader("null.marker=NULL", "parse.headers=true")
-    assert r.read_line("h:NULL\tk:NULL", 1) == LineRecord(b"k", None, [("h", None)])
-    assert r.read_line("NULL\tNULL:v", 1) == LineRecord(None, b"v", [])  # headers equal to it: none
-    assert r.read_line("h:1\tk:NULLx", 1).value == b"NULLx"  # only a whole value is the marker
+    assert r.read_line(b"h:NULL\tk:NULL", 1) == LineRecord(b"k", None, [("h", None)])
+    assert r.read_line(b"NULL\tNULL:v", 1) == LineRecord(None, b"v", [])  # headers equal to it: none
+    assert r.read_line(b"h:1\tk:NULLx", 1).value == b"NULLx"  # only a whole value is the marker
     with pytest.raises(InvalidRecordError, match="line 4: a header key equal to the null marker 'NULL'"):
-        r.read_line("NULL:1\tk:v", 4)
+        r.read_line(b"NULL:1\tk:v", 4)
 
 
 def test_headers_come_first_split_by_their_separators() -> None:
     r = reader("parse.headers=true")
-    assert r.read_line("a:1,b:x:y,c:\tk:v", 1) == LineRecord(b"k", b"v", [("a", b"1"), ("b", b"x:y"), ("c", b"")])
-    assert r.read_line("a:1,\tk:v", 1).headers == [("a", b"1")]  # trailing empty pairs dropped, as Java's split
+    assert r.read_line(b"a:1,b:x:y,c:\tk:v", 1) == LineRecord(b"k", b"v", [("a", b"1"), ("b", b"x:y"), ("c", b"")])
+    assert r.read_line(b"a:1,\tk:v", 1).headers == [("a", b"1")]  # trailing empty pairs dropped, as Java's split
     custom = reader("parse.headers=true", "headers.delimiter=|", "headers.separator=;", "headers.key.separator==",
                     "key.separator=\\t")
-    assert custom.read_line("a=1;b=2|k\tv|w", 1) == LineRecord(b"k", b"v|w", [("a", b"1"), ("b", b"2")])
+    assert custom.read_line(b"a=1;b=2|k\tv|w", 1) == LineRecord(b"k", b"v|w", [("a", b"1"), ("b", b"2")])
 
 
 def test_a_missing_separator_is_an_error_naming_the_line_unless_ignored() -> None:
     with pytest.raises(InvalidRecordError, match="line 7: no key separator ':' in 'no separator here'"):
-        reader().read_line("no separator here", 7)
+        reader().read_line(b"no separator here", 7)
     with pytest.raises(InvalidRecordError, match="line 2: no headers delimiter '\\\\t' in 'k:v'"):
-        reader("parse.headers=true").read_line("k:v", 2)
+        reader("parse.headers=true").read_line(b"k:v", 2)
     with pytest.raises(InvalidRecordError, match="line 3: no header key separator ':' in header 'b'"):
-        reader("parse.headers=true").read_line("a:1,b\tk:v", 3)
+        reader("parse.headers=true").read_line(b"a:1,b\tk:v", 3)
     with pytest.raises(InvalidRecordError, match="line 5: no header key separator ':' in header ''"):
-        reader("parse.headers=true").read_line("\tk:v", 5)  # empty headers, as "".split() in Java: one pair
+        reader("parse.headers=true").read_line(b"\tk:v", 5)  # empty headers, as "".split() in Java: one pair
     lenient = reader("parse.headers=true", "ignore.error=true")
-    assert lenient.read_line("v", 1) == LineRecord(None, b"v", [])
-    assert lenient.read_line("a:1,b\tk:v", 1).headers == [("a", b"1"), ("b", None)]
+    assert lenient.read_line(b"v", 1) == LineRecord(None, b"v", [])
+    assert lenient.read_line(b"a:1,b\tk:v", 1).headers == [("a", b"1"), ("b", None)]
 
 
-def test_bytes_that_are_not_utf8_round_trip() -> None:
-    line = b"\xff\xfe:\x80v".decode("utf-8", "surrogateescape")
-    assert reader().read_line(line, 1) == LineRecord(b"\xff\xfe", b"\x80v", [])
-    with pytest.raises(InvalidRecordError, match=r"header key .* is not UTF-8"):
-        reader("parse.headers=true").read_line(b"\xff:1\tk:v".decode("utf-8", "surrogateescape"), 1)
+def test_lines_split_as_bytes_and_bytes_that_are_not_utf8_round_trip() -> None:
+    assert reader().read_line(b"\xff\xfe:\x80v", 1) == LineRecord(b"\xff\xfe", b"\x80v", [])
+    accented = reader("key.separator=\u00e9")  # a separator of two bytes in UTF-8
+    assert accented.read_line("k\u00e9v\u00e9".encode(), 1) == LineRecord(b"k", "v\u00e9".encode(), [])
+    with pytest.raises(InvalidRecordError, match=r"header key '\\\\xff' is not UTF-8"):
+        reader("parse.headers=true").read_line(b"\xff:1\tk:v", 1)
 
 
 @pytest.mark.parametrize(("pairs", "message"), [

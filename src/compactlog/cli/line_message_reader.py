@@ -14,12 +14,13 @@ from ``null.marker`` (Kafka refuses the same pairs).
 Defaults are Kafka's except ``parse.key`` (true here) and ``key.separator`` (``:`` here), this tool's
 habits since its first version. Deviations: ``headers.separator`` is a literal string (Kafka compiles it as
 a Java regex; the same for every separator without regex metacharacters); an empty separator is refused.
-Bytes are kept as given: a line is decoded as UTF-8 with ``surrogateescape`` and keys and values encoded
-back the same way, so input that is not UTF-8 round-trips (a header key must be UTF-8, it is a string).
+Bytes are kept as given: a line is split as bytes, so input that is not UTF-8 round-trips (a header key
+must be UTF-8, it is a string).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -54,8 +55,14 @@ class LineRecord(NamedTuple):
     headers: list[tuple[str, bytes | None]]
 
 
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
+class _Encoded(NamedTuple):
+    """The reader's separators and null marker as UTF-8 bytes, which lines are split on."""
+
+    key_separator: bytes
+    headers_delimiter: bytes
+    headers_separator: bytes
+    headers_key_separator: bytes
+    null_marker: bytes | None
 
 
 @dataclass(frozen=True)
@@ -91,42 +98,59 @@ class LineMessageReader:
                     raise UsageError(f"properties {first} and {second} may not be equal")
         return reader
 
-    def read_line(self, line: str, line_number: int) -> LineRecord:
-        """The record of one line (without its line ending); InvalidRecordError names the line number."""
-        position = 0
-        headers_text: str | None = None
-        if self.parse_headers:
-            headers_text = self._until(line, position, self.headers_delimiter, "headers delimiter", line_number)
-            if headers_text is not None:
-                position = len(headers_text) + len(self.headers_delimiter)
-        key: str | None = None
-        if self.parse_key:
-            key = self._until(line, position, self.key_separator, "key separator", line_number)
-            if key is not None:
-                position += len(key) + len(self.key_separator)
-        value = line[position:]
-        headers = [] if headers_text is None or headers_text == self.null_marker \
-            else self._headers(headers_text, line_number)
-        return LineRecord(None if key is None or key == self.null_marker else _encode(key),
-                          None if value == self.null_marker else _encode(value), headers)
+    @functools.cached_property
+    def _encoded(self) -> _Encoded:
+        return _Encoded(_encode(self.key_separator), _encode(self.headers_delimiter),
+                        _encode(self.headers_separator), _encode(self.headers_key_separator),
+                        None if self.null_marker is None else _encode(self.null_marker))
 
-    def _until(self, line: str, start: int, delimiter: str, what: str, line_number: int) -> str | None:
+    def read_line(self, line: bytes, line_number: int) -> LineRecord:
+        """The record of one line (without its line ending); InvalidRecordError names the line number.
+
+        Lines are split as bytes on the separators' UTF-8 bytes: the same splits as on the decoded text
+        (UTF-8 is self-synchronising), and bytes that are not UTF-8 are kept as they are."""
+        encoded = self._encoded
+        null = encoded.null_marker
+        if self.parse_key and not self.parse_headers:  # the common case, in a few steps
+            index = line.find(encoded.key_separator)
+            if index >= 0:
+                head, tail = line[:index], line[index + len(encoded.key_separator):]
+                return LineRecord(None if head == null else head, None if tail == null else tail, [])
+        position = 0
+        headers_part: bytes | None = None
+        if self.parse_headers:
+            headers_part = self._until(line, position, encoded.headers_delimiter, "headers delimiter",
+                                       line_number)
+            if headers_part is not None:
+                position = len(headers_part) + len(encoded.headers_delimiter)
+        key: bytes | None = None
+        if self.parse_key:
+            key = self._until(line, position, encoded.key_separator, "key separator", line_number)
+            if key is not None:
+                position += len(key) + len(encoded.key_separator)
+        value = line[position:] if position else line
+        headers = [] if headers_part is None or headers_part == null else self._headers(headers_part, line_number)
+        return LineRecord(None if key == null else key, None if value == null else value, headers)
+
+    def _until(self, line: bytes, start: int, delimiter: bytes, what: str, line_number: int) -> bytes | None:
         index = line.find(delimiter, start)
         if index < 0:
             if self.ignore_error:
                 return None
-            raise InvalidRecordError(f"line {line_number}: no {what} {delimiter!r} in {_quoted(line)}")
+            raise InvalidRecordError(f"line {line_number}: no {what} {_decoded(delimiter)!r} in {_quoted(line)}")
         return line[start:index]
 
-    def _headers(self, text: str, line_number: int) -> list[tuple[str, bytes | None]]:
-        pairs = text.split(self.headers_separator)
+    def _headers(self, part: bytes, line_number: int) -> list[tuple[str, bytes | None]]:
+        encoded = self._encoded
+        pairs = part.split(encoded.headers_separator)
         while pairs and not pairs[-1]:  # Java's split drops trailing empty strings
             pairs.pop()
         if not pairs:
-            pairs = [""]  # "".split(...) in Java is [""], a pair without a separator
+            pairs = [b""]  # "".split(...) in Java is [""], a pair without a separator
         headers: list[tuple[str, bytes | None]] = []
         for pair in pairs:
-            index = pair.find(self.headers_key_separator)
+            index = pair.find(encoded.headers_key_separator)
+            header_value: bytes | None
             if index < 0:
                 if not self.ignore_error:
                     raise InvalidRecordError(f"line {line_number}: no header key separator "
@@ -134,19 +158,27 @@ class LineMessageReader:
                 header_key, header_value = pair, None
             else:
                 header_key = pair[:index]
-                header_value = pair[index + len(self.headers_key_separator):]
-            if header_key == self.null_marker:
+                header_value = pair[index + len(encoded.headers_key_separator):]
+            if header_key == encoded.null_marker:
                 raise InvalidRecordError(f"line {line_number}: a header key equal to the null marker "
                                          f"{self.null_marker!r} (header keys cannot be null)")
             try:
-                header_key.encode("utf-8")
-            except UnicodeEncodeError as e:
+                name = header_key.decode("utf-8")
+            except UnicodeDecodeError as e:
                 raise InvalidRecordError(f"line {line_number}: header key {_quoted(header_key)} is not UTF-8") from e
-            headers.append((header_key, None if header_value is None or header_value == self.null_marker
-                            else _encode(header_value)))
+            headers.append((name, None if header_value == encoded.null_marker else header_value))
         return headers
 
 
-def _quoted(text: str) -> str:
-    shown = text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
-    return repr(shown)
+def _encode(text: str) -> bytes:
+    """A property's text as bytes (a property given as bytes that are not UTF-8 keeps them)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _decoded(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
+def _quoted(data: bytes) -> str:
+    text = _decoded(data)
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
