@@ -21,6 +21,8 @@ def test_defaults_here_are_a_key_before_the_first_colon() -> None:
 
 
 def test_null_marker_makes_a_key_a_value_or_a_header_value_null() -> None:
+    assert reader("null.marker=NULL").read_line(b"k:NULL", 1) == LineRecord(b"k", None, [])
+    assert reader("null.marker=NULL").read_line(b"NULL:v", 1) == LineRecord(None, b"v", [])
     r = reader("null.marker=NULL", "parse.headers=true")
     assert r.read_line(b"h:NULL\tk:NULL", 1) == LineRecord(b"k", None, [("h", None)])
     assert r.read_line(b"NULL\tNULL:v", 1) == LineRecord(None, b"v", [])  # headers equal to it: none
