@@ -119,3 +119,23 @@ def test_latest_prints_the_newest_live_record_of_each_key(store: compactlog.Stor
     latest, out = consumer(store, {0: 0})
     latest.print_latest()
     assert out.getvalue() == b"Offset:2:a:2\nOffset:5:c:2\n"
+
+
+def test_a_gap_left_by_the_cleaner_widens_the_window(store: compactlog.Store,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    append(store, 0, *[f"a:{i}" for i in range(300)])
+    store.roll("t", 0)
+    append(store, 0, "b:1")
+    store.clean(force=True)  # keeps a:299 at offset 299 only, after a gap from the log start
+    start = store.log_start_offset("t", 0)
+    assert [r.offset for r in store.read("t", 0, start)] == [299, 300]
+    monkeypatch.setattr(consume, "WINDOW_OFFSETS", 64)
+    reads: list[int] = []
+    real_read = store.read_tables
+    monkeypatch.setattr(store, "read_tables", lambda *a, **kw: (reads.append(1), real_read(*a, **kw))[1])
+
+    one, out = consumer(store, {0: start}, max_messages=1)
+    one.poll()
+
+    assert out.getvalue() == b"Offset:299:a:299\n"
+    assert len(reads) <= 12  # windows of 1, 2, 4, ... 64 offsets, not 300 reads of one offset each

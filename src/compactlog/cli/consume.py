@@ -109,8 +109,10 @@ class ConsoleConsumer:
             end = self.end_offset(partition)
             # Retention may have removed what lay below the position: go on from the log start.
             position = max(self.positions[partition], self.store.log_start_offset(self.topic, partition))
+            window = self._window()
             while position < end and not self.done():
-                window_end = min(end, position + self._window())
+                window_end = min(end, position + window)
+                printed = self.processed
                 for table in self.store.read_tables(self.topic, partition, position, window_end,
                                                     columns=self.formatter.columns(),
                                                     isolation_level=self.isolation_level):
@@ -119,6 +121,8 @@ class ConsoleConsumer:
                         break
                 else:
                     position = window_end
+                if self.processed == printed:  # a gap the cleaner (or an abort) left: a wider window
+                    window = min(WINDOW_OFFSETS, 2 * window)
             self.positions[partition] = position
             if self.done():
                 break
@@ -126,6 +130,7 @@ class ConsoleConsumer:
         return self.processed - before
 
     def _window(self) -> int:
+        """The first window's offsets: no more than the records still to print (a gap widens it)."""
         if self.max_messages is None:
             return WINDOW_OFFSETS
         return max(1, min(WINDOW_OFFSETS, self.max_messages - self.processed))
@@ -157,8 +162,7 @@ class ConsoleConsumer:
                         newest[key] = offset
             for table in self._windows(partition, self.positions[partition], end, columns):
                 offsets = pa.array([newest.get(k) for k in table.column("key").to_pylist()], pa.int64())
-                live = pc.and_(pc.equal(offsets, table.column("offset")),
-                                       table.column("value").is_valid())
+                live = pc.and_(pc.equal(offsets, table.column("offset")), table.column("value").is_valid())
                 self._print(table.filter(live.fill_null(False)), partition)
                 if self.done():
                     break
@@ -167,7 +171,7 @@ class ConsoleConsumer:
                 break
         self.out.flush()
 
-    def _windows(self, partition: int, start: int, end: int, columns: list[str]) -> Any:
+    def _windows(self, partition: int, start: int, end: int, columns: list[str]) -> Iterator[pa.Table]:
         position = start
         while position < end:
             window_end = min(end, position + WINDOW_OFFSETS)
