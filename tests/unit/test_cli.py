@@ -56,12 +56,14 @@ def test_produce_consume_and_the_latest_view(data_dir: str, monkeypatch: pytest.
                    "--null-marker", "NULL")
     assert code == 0
 
-    code, out, _ = run(capsys, "consume", "--topic", "users", "--print-offset")
+    keys = ("--property", "print.key=true", "--key-separator", ":")
+    code, out, _ = run(capsys, "consume", "--topic", "users", "--from-beginning", "--property", "print.offset=true",
+                       *keys)
     assert code == 0
-    assert out == "0/0\ta:1\n0/1\tb:1\n0/2\ta:2\n0/3\tb:null\n0/4\tc:x:y\n"
-    assert run(capsys, "consume", "--topic", "users", "--latest")[1] == "a:2\nc:x:y\n"
+    assert out == "Offset:0:a:1\nOffset:1:b:1\nOffset:2:a:2\nOffset:3:b:null\nOffset:4:c:x:y\n"
+    assert run(capsys, "consume", "--topic", "users", "--latest", *keys)[1] == "a:2\nc:x:y\n"
     assert run(capsys, "consume", "--topic", "users", "--partition", "0", "--offset", "2",
-               "--max-messages", "2")[1] == "a:2\nb:null\n"
+               "--max-messages", "2", *keys)[1] == "a:2\nb:null\n"
 
 
 def test_produce_partitions_keys_like_kafka(data_dir: str, monkeypatch: pytest.MonkeyPatch,
@@ -82,7 +84,8 @@ def test_clean_in_process_reports_cleaned_and_skipped_partitions(
     assert out.startswith("Cleaner pass (in process): 1 partition(s) cleaned, 1 skipped\n")
     assert "  cleaned users-0: dirty offsets [0, 3) read 3 records" in out
     assert "  skipped users-1: empty log" in out
-    assert run(capsys, "consume", "--topic", "users")[1] == "a:3\nb:1\n"
+    assert run(capsys, "consume", "--topic", "users", "--from-beginning", "--property", "print.key=true",
+               "--key-separator", ":")[1] == "a:3\nb:1\n"
 
 
 def test_clean_json(data_dir: str, monkeypatch: pytest.MonkeyPatch,

@@ -299,7 +299,8 @@ def test_a_read_only_partition_that_needs_crash_recovery_is_refused(filled: Path
 def test_read_only_commands_work_and_writes_are_one_line(filled: Path, capsys: pytest.CaptureFixture[str],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     with read_only_view(filled) as view:
-        assert cli(capsys, "consume", "--topic", "t", "--data-dir", str(view))[:2] == (0, "a:1\nb:2\na:3\nc:x\nd:4\n")
+        assert cli(capsys, "consume", "--topic", "t", "--from-beginning", "--property", "print.key=true",
+                   "--key-separator", ":", "--data-dir", str(view))[:2] == (0, "a:1\nb:2\na:3\nc:x\nd:4\n")
         code, out, _ = cli(capsys, "topics", "describe", "t", "--data-dir", str(view))
         assert code == 0 and "LogEnd: 6" in out
         code, out, err = cli(capsys, "topics", "create", "u", "--data-dir", str(view))
