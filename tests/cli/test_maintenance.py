@@ -62,6 +62,8 @@ def tree(data: Path) -> dict[str, tuple[int, int]]:
 def test_dry_run_changes_nothing_then_force_rolls_and_compacts_a_fresh_topic(tmp_path: Path) -> None:
     data = tmp_path / "data"
     setup_topic(data, "t", {"cleanup.policy": "compact"}, [(b"a", b"1"), (b"a", b"2"), (b"b", b"1")])
+    # A file a crashed process left for removal: opening the partition to write would remove it.
+    (data / "t-0" / "00000000000000000000.parquet.deleted").write_bytes(b"left by a crash")
     before = tree(data)
 
     plain = cli(data, "clean", "--dry-run")

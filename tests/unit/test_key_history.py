@@ -12,6 +12,7 @@ from compactlog.cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
 from compactlog.key_history import KeyRecord, explain_key
 from compactlog.maintenance import roll_reason, rolled_state
 from compactlog.record import CONTROL_COMMIT, CONTROL_NONE
+from compactlog.retention import retention_roll_due
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
@@ -85,19 +86,20 @@ def test_an_uncleanable_partition_is_named_as_the_reason() -> None:
 
 def test_the_estimate_counts_superseded_expired_and_keyless_rows_and_prorates_bytes() -> None:
     rows = pa.table({
-        "offset": pa.array([0, 1, 2, 3, 4, 5, 6], pa.int64()),
-        "key": pa.array([b"a", b"b", b"a", b"c", None, b"d", b"b"], pa.binary()),
-        "value": pa.array([b"1", b"1", b"2", None, b"x", None, b"2"], pa.binary()),
-        "control_type": pa.array([CONTROL_NONE] * 6 + [CONTROL_NONE], pa.int8()),
-        "delete_horizon_ms": pa.array([-1, -1, -1, NOW - 1, -1, -1, -1], pa.int64()),
+        "offset": pa.array([0, 1, 2, 3, 4, 5, 6, 7], pa.int64()),
+        "key": pa.array([b"a", b"b", b"a", b"c", None, b"d", b"b", b"e"], pa.binary()),
+        "value": pa.array([b"1", b"1", b"2", None, b"x", None, b"2", None], pa.binary()),
+        "control_type": pa.array([CONTROL_NONE] * 8, pa.int8()),
+        "delete_horizon_ms": pa.array([-1, -1, -1, NOW - 1, -1, -1, -1, NOW + 1], pa.int64()),
     })
-    # Dirty section [2, 7): a (2), c (3), d (5), b (6) are mapped; offset 0 (a) and 1 (b) are superseded,
-    # c's stamped tombstone is past its horizon, 4 has no key, d's unstamped tombstone is kept.
-    estimate = estimate_freed(rows, 2, 7, NOW, range_bytes=7000)
+    # Dirty section [2, 8): a (2), c (3), d (5), b (6), e (7) are mapped; offset 0 (a) and 1 (b) are
+    # superseded, c's stamped tombstone is past its horizon, 4 has no key; d's unstamped tombstone and e's,
+    # whose horizon is still ahead, are kept.
+    estimate = estimate_freed(rows, 2, 8, NOW, range_bytes=8000)
     assert (estimate.records, estimate.superseded, estimate.expired_tombstones, estimate.keyless) == (4, 2, 1, 1)
-    assert estimate.records_read == 7
-    sizes = [72, 72, 72, 71, 71, 71, 72]  # key + value + 70 bytes of overhead per row
-    assert estimate.bytes == 7000 * (72 + 72 + 71 + 71) // sum(sizes)
+    assert estimate.records_read == 8
+    sizes = [72, 72, 72, 71, 71, 71, 72, 71]  # key + value + 70 bytes of overhead per row
+    assert estimate.bytes == 8000 * (72 + 72 + 71 + 71) // sum(sizes)
 
 
 def test_the_estimate_keeps_markers_and_rows_past_the_range() -> None:
@@ -119,3 +121,11 @@ def test_rolls_force_compacted_topics_and_idle_segments_only() -> None:
     st = rolled_state(state([seg(0, 5, 10, NOW), active]))
     assert [(s.base_offset, s.next_offset, s.active) for s in st.segments] == [(0, 5, False), (5, 7, False),
                                                                                (7, 7, True)]
+
+
+def test_retention_rolls_an_active_segment_only_once_it_has_expired_whole() -> None:
+    active = SegmentStats(5, 7, 100, 2, NOW - HOUR - 1, NOW - 2 * HOUR, True)
+    assert retention_roll_due(active, NOW, delete=True, retention_ms=HOUR)
+    assert not retention_roll_due(active, NOW, delete=True, retention_ms=HOUR + 1)
+    assert not retention_roll_due(active, NOW, delete=False, retention_ms=HOUR)
+    assert not retention_roll_due(active, NOW, delete=True, retention_ms=-1)
