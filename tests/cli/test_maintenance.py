@@ -210,3 +210,17 @@ def test_usage_errors_exit_2_with_one_line(tmp_path: Path, argv: list[str]) -> N
     setup_topic(data, "t", {"cleanup.policy": "compact"}, [(b"a", b"1")])
     result = cli(data, *argv)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_clean_force_on_the_default_spark_path_rolls_and_compacts(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    setup_topic(data, "t", {"cleanup.policy": "compact"}, [(b"a", b"1"), (b"a", b"2"), (b"b", b"1")])
+
+    done = cli(data, "clean", "--force", "--spark-master", "local[1]")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Cleaner pass (Spark local[1]): 1 partition(s) cleaned")
+    assert "rolled t-0: --force: compact now" in done.stdout
+    assert contents(data, "t") == [(1, b"a", b"2"), (2, b"b", b"1")]
