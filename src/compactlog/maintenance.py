@@ -11,9 +11,9 @@ A pass (:func:`run_pass`) over the named topics (default: every topic), in this 
    ``min.cleanable.dirty.ratio``; ``min.compaction.lag.ms`` always holds young segments back);
 3. retention of ``delete`` topics (:meth:`compactlog.Store.enforce_retention`).
 
-The dry run (:func:`plan_pass`) opens every partition read-only (nothing on disk changes, not even a lock
-file), applies the same rules to the planner's values as the pass would (a roll is simulated by
-:func:`rolled_state`) and estimates what each cleaning would free from key statistics
+The dry run (:func:`plan_pass`, :func:`plan_transaction_expiry`) opens every partition read-only (nothing
+on disk changes, not even a lock file), applies the same rules to the planner's values as the pass would (a
+roll is simulated by :func:`rolled_state`) and estimates what each cleaning would free from key statistics
 (:mod:`compactlog.cleaner.estimate`).
 """
 
@@ -32,6 +32,7 @@ from .cleaner.plan import PartitionState, SegmentStats, retention_deletable, sel
 from .errors import CompactLogError
 from .partition_view import planner_state, read_only_log
 from .retention import retention_roll_due
+from .transactions import transaction_expired
 
 if TYPE_CHECKING:
     from .store import Store
@@ -160,6 +161,25 @@ def plan_pass(store: Store, topics: list[str] | None = None, *, force: bool = Fa
                 config = store.topic_config(name)
                 plans.append(PartitionPlan(name, number, ",".join(config.cleanup_policy), error=str(e)))
     return plans
+
+
+def plan_transaction_expiry(store: Store) -> list[str]:
+    """The transactional ids whose open transaction the pass would abort (open longer than its
+    ``transaction.timeout.ms``: :func:`compactlog.transactions.transaction_expired`), read without writing."""
+    now = store.clock()
+    expired = []
+    for meta in store.transactions.states():
+        if meta.txn_start_ms is None or not transaction_expired(now, meta.txn_start_ms, meta.timeout_ms):
+            continue  # (an id without a start time gets one from the pass, which then counts from there)
+        for topic, partition in meta.partitions:
+            try:
+                with read_only_log(store, topic, partition) as log:
+                    if log.open_transaction(meta.producer_id) is not None:
+                        expired.append(meta.transactional_id)
+                        break
+            except CompactLogError:
+                continue  # a deleted topic or damaged partition: the pass has nothing to mark there
+    return expired
 
 
 def _plan_partition(store: Store, topic: str, partition: int, checkpoint: int | None, now: int,

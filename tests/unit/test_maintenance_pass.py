@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import compactlog
-from compactlog.maintenance import plan_pass, run_pass
+from compactlog.maintenance import plan_pass, plan_transaction_expiry, run_pass
 from support import FakeClock
 
 
@@ -56,3 +56,22 @@ def test_the_dry_run_estimate_matches_what_the_pass_frees(tmp_path: Path) -> Non
 
     assert plan.clean and plan.estimate is not None
     assert plan.estimate.records == cleaned.records_read - cleaned.records_written == 200 - 37
+
+
+def test_the_dry_run_names_expired_transactions_and_the_pass_aborts_them(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = compactlog.open(tmp_path, clock=clock)
+    store.create_topic("orders", 1, {"cleanup.policy": "compact"})
+    producer = store.producer(transactional_id="w", transaction_timeout_ms=60_000)
+    producer.begin_transaction()
+    producer.send("orders", key=b"k", value=b"v")
+    producer.flush()
+
+    clock.advance(60_000)
+    assert plan_transaction_expiry(store) == []
+    clock.advance(1)
+    assert plan_transaction_expiry(store) == ["w"]
+    assert store.last_stable_offset("orders", 0) == 0  # the dry run aborted nothing
+    run_pass(store)
+    assert store.last_stable_offset("orders", 0) == store.log_end_offset("orders", 0)
+    assert plan_transaction_expiry(store) == []

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ExecutorError
-from ..maintenance import PartitionPlan, PassReport, plan_pass, run_pass
+from ..maintenance import PartitionPlan, PassReport, plan_pass, plan_transaction_expiry, run_pass
 from .common import UsageError, data_dir_parent, human_bytes, open_store, print_json
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     with open_store(args) as store, progress_reporter() as progress:
         if args.dry_run:
             plans = plan_pass(store, topics, force=args.force, partition=args.partition, progress=progress)
+            expired = plan_transaction_expiry(store)
         else:
             store.check_writable("clean")  # before a Spark session is started for nothing
             if args.in_process:
@@ -96,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
                 result, executor_name = _clean_on_spark(store, args, progress)
     if args.dry_run:
         print_plans(plans, args.force)
+        print(f"  transactions: would abort {len(expired)} expired: {', '.join(expired)}" if expired else
+              "  transactions: none open longer than its transaction.timeout.ms")
         return 1 if any(p.error for p in plans) else 0
     report = result.clean
     if args.json:
