@@ -5,6 +5,7 @@ that record timestamps can be chosen (no test sleeps)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,6 +134,8 @@ def test_explain_before_and_after_a_clean(tmp_path: Path) -> None:
     assert after.returncode == 0, after.stderr
     assert "1 stored record(s)" in after.stdout
     assert "  offset 2\t" in after.stdout and "00000000000000000000.parquet\tclean\tnewest value" in after.stdout
+    described = json.loads(cli(data, "explain", "--topic", "t", "--key", "a", "--json").stdout)
+    assert [(r["offset"], r["section"], r["status"]) for r in described["records"]] == [(2, "clean", "newest value")]
 
 
 def test_verify_erasure_before_and_after_the_tombstones_horizon(tmp_path: Path) -> None:
