@@ -6,7 +6,8 @@ Files scanned, whatever their state (:mod:`compactlog.segment` names them):
 * Parquet files: live sealed segments (``<base>.parquet``) and those in transit (``.cleaned``, ``.swap``,
   ``.deleted``, ``.sealing``), read whole with page checksums verified;
 * frame files: the active segment (``<base>.log``) and any ``.log`` in transit, every whole frame whose
-  CRC matches (a torn tail is not data; damage inside the file makes the file unreadable);
+  CRC matches (damage inside the file makes the file unreadable); a torn tail holds no records, but its
+  bytes are searched for the key, as they are still on disk until a writer truncates them;
 * producer snapshots (``.snapshot``, ``.snapshot.tmp``): parsed; their fields (producer ids, epochs,
   sequences, offsets) cannot hold a key or value, so a snapshot that parses holds none, and one that does
   not parse is unreadable;
@@ -84,15 +85,16 @@ class ErasureScan:
                 and not self.unreadable)
 
 
-def _rows_of(path: str, name: str) -> pa.Table:
+def _rows_of(path: str, name: str) -> tuple[pa.Table, int]:
+    """The rows of a segment file and where its valid bytes end (a frame file's torn tail lies after)."""
     if SEALED_SUFFIX in name:
         try:
             with open_parquet(path) as file:
-                return file.read(columns=_COLUMNS)
+                return file.read(columns=_COLUMNS), os.path.getsize(path)
         except READ_ERRORS as e:
             raise CompactLogError(f"unreadable Parquet file: {e}") from e
     segment, _ = ActiveSegment.open(path, offset_from_name(name), truncate=False)
-    return segment.to_table().select(_COLUMNS)
+    return segment.to_table().select(_COLUMNS), segment.size
 
 
 def scan_partition(directory: str, key: bytes) -> ErasureScan:
@@ -118,10 +120,15 @@ def scan_partition(directory: str, key: bytes) -> ErasureScan:
                 scan.key_bytes.append((name, position))
             continue
         try:
-            table = _rows_of(path, name)
+            table, valid_end = _rows_of(path, name)
         except (CompactLogError, OSError) as e:
             scan.unreadable[name] = str(e)
             continue
+        with open(path, "rb") as f:  # a torn tail is not records, but its bytes are still on disk
+            f.seek(valid_end)
+            position = f.read().find(key) if key else -1
+        if position >= 0:
+            scan.key_bytes.append((name, valid_end + position))
         rows = table.filter(pc.fill_null(pc.equal(table.column("key"), pa.scalar(key, pa.binary())), False))
         for offset, timestamp, valid, horizon in zip(
                 rows.column("offset").to_pylist(), rows.column("timestamp").to_pylist(),

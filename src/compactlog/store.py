@@ -453,9 +453,10 @@ class Store:
 
     def clean(self, force: bool = False, topic: str | None = None, partition: int | None = None,
               executor: Any = None) -> CleanReport:
-        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`).
-        ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`), or an
-        ``OnDemandExecutor`` (see :mod:`compactlog.executors`)."""
+        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`); ``force``
+        waives the dirty ratio, never min.compaction.lag.ms, and rolls nothing (:func:`compactlog.maintenance.
+        run_pass` rolls first). ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`),
+        or an ``OnDemandExecutor`` (see :mod:`compactlog.executors`)."""
         from .cleaner.cleaner import clean
         from .executors import cleaner_executor
 

@@ -176,6 +176,23 @@ def test_verify_erasure_finds_a_value_in_a_deleted_file(tmp_path: Path) -> None:
            "file.delete.delay.ms (3600000 ms)" in result.stdout
 
 
+def test_verify_erasure_searches_a_torn_tail(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    setup_topic(data, "t", {"cleanup.policy": "compact"}, [(b"user-42", None)])
+    active = data / "t-0" / "00000000000000000000.log"
+    whole = active.read_bytes()
+    setup_topic(data, "t", {}, [(b"user-42", b"secret")])
+    torn = active.read_bytes()[len(whole):-3]  # the second frame, cut short: a torn write
+    active.write_bytes(whole + torn)
+
+    result = cli(data, "verify-erasure", "--topic", "t", "--key", "user-42")
+
+    assert result.returncode == 1
+    assert "newest record: tombstone at offset 0" in result.stdout
+    assert f"SURVIVES: the key's bytes in 00000000000000000000.log at byte {len(whole) + torn.find(b'user-42')}" \
+        in result.stdout
+
+
 def test_dump_segment_of_sealed_active_and_corrupt_files(tmp_path: Path) -> None:
     data = tmp_path / "data"
     setup_topic(data, "t", {"cleanup.policy": "compact"}, [(b"a", b"1"), (b"b", b"2")], roll=True)
