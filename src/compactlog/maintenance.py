@@ -4,7 +4,7 @@ threads do between them, run once, and its dry run.
 A pass (:func:`run_pass`) over the named topics (default: every topic), in this order:
 
 1. rolls (:func:`roll_reason`): with ``force`` ("compact now") the active segment of every non-empty
-   compacted partition; else an idle active segment whose first record is older than the topic's
+   compacted partition (none with ``log.cleaner.enable=false``: nothing would compact it); else an idle active segment whose first record is older than the topic's
    effective roll time (``segment.ms``, or ``max.compaction.lag.ms`` when smaller on a compacted topic):
    Kafka rolls only on append, so a quiet partition would keep its records in the active segment forever;
 2. transaction expiry and compaction (:meth:`compactlog.Store.clean`, with ``force`` waiving
@@ -107,7 +107,7 @@ def run_pass(store: Store, topics: list[str] | None = None, *, force: bool = Fal
             except CompactLogError:  # a damaged partition: the cleaner reports it uncleanable
                 continue
             why = roll_reason(SegmentStats.from_meta(log.active.meta()), now, roll_ms=config.roll_ms,
-                              compact=config.compact, force=force)
+                              compact=config.compact and store.broker.log_cleaner_enable, force=force)
             if why is not None and log.roll():
                 report.rolled[(name, number)] = why
     if topics:
@@ -187,7 +187,8 @@ def _plan_partition(store: Store, topic: str, partition: int, checkpoint: int | 
     config = store.topic_config(topic)
     with read_only_log(store, topic, partition) as log:
         state = planner_state(log, config, checkpoint)
-        roll = roll_reason(state.active, now, roll_ms=config.roll_ms, compact=config.compact, force=force)
+        roll = roll_reason(state.active, now, roll_ms=config.roll_ms,
+                           compact=config.compact and store.broker.log_cleaner_enable, force=force)
         planned = rolled_state(state) if roll else state
         plan = PartitionPlan(topic, partition, ",".join(config.cleanup_policy), roll=roll)
         if config.compact:

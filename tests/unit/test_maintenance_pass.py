@@ -75,3 +75,17 @@ def test_the_dry_run_names_expired_transactions_and_the_pass_aborts_them(tmp_pat
     run_pass(store)
     assert store.last_stable_offset("orders", 0) == store.log_end_offset("orders", 0)
     assert plan_transaction_expiry(store) == []
+
+
+def test_force_rolls_nothing_when_the_cleaner_is_off(tmp_path: Path) -> None:
+    (tmp_path / "server.properties").write_text("log.cleaner.enable=false\n")
+    store = compactlog.open(tmp_path, clock=FakeClock())
+    store.create_topic("t", 1, {"cleanup.policy": "compact"})
+    append(store, "t", [b"a", b"a"])
+
+    [plan] = plan_pass(store, force=True)
+    report = run_pass(store, force=True)
+
+    assert plan.roll is None and "log.cleaner.enable=false" in plan.reason
+    assert report.rolled == {} and not report.clean.partitions
+    assert [s.active for s in store.describe("t")[0].segments] == [True]
