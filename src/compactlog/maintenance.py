@@ -4,9 +4,10 @@ threads do between them, run once, and its dry run.
 A pass (:func:`run_pass`) over the named topics (default: every topic), in this order:
 
 1. rolls (:func:`roll_reason`): with ``force`` ("compact now") the active segment of every non-empty
-   compacted partition (none with ``log.cleaner.enable=false``: nothing would compact it); else an idle active segment whose first record is older than the topic's
-   effective roll time (``segment.ms``, or ``max.compaction.lag.ms`` when smaller on a compacted topic):
-   Kafka rolls only on append, so a quiet partition would keep its records in the active segment forever;
+   compacted partition (none with ``log.cleaner.enable=false``: nothing would compact it); else an idle
+   active segment whose first record is older than the topic's effective roll time (``segment.ms``, or
+   ``max.compaction.lag.ms`` when smaller on a compacted topic): Kafka rolls only on append, so a quiet
+   partition would keep its records in the active segment forever;
 2. transaction expiry and compaction (:meth:`compactlog.Store.clean`, with ``force`` waiving
    ``min.cleanable.dirty.ratio``; ``min.compaction.lag.ms`` always holds young segments back);
 3. retention of ``delete`` topics (:meth:`compactlog.Store.enforce_retention`).
