@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .cleaner.cleanability import REASON_UNCLEANABLE, Cleanability, cleanability
 from .cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
+from .errors import UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from .config import TopicConfig
@@ -69,6 +71,22 @@ def planner_state(log: Log, config: TopicConfig, checkpoint: int | None) -> Part
         # No uncleanable_reason: compactlog retries uncleanable partitions on every pass (Kafka needs a
         # restart), so the planner never skips them for it.
         policy=CleaningPolicy.from_topic_config(config))
+
+
+@contextlib.contextmanager
+def read_only_log(store: Any, topic: str, partition: int) -> Iterator[Log]:
+    """``topic``-``partition`` of ``store`` opened read-only whatever the store's mode: it writes nothing, not
+    even recovery or a lock file (for dry runs and inspections); closed on exit."""
+    from .log import Log
+
+    directory = os.path.join(store.data_dir, f"{topic}-{partition}")
+    if not 0 <= partition < store.partitions(topic):
+        raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+    log = Log(directory, topic, partition, lambda: store.topic_config(topic), store.clock, read_only=True)
+    try:
+        yield log
+    finally:
+        log.close()
 
 
 def describe_partition(log: Log, config: TopicConfig, checkpoint: int | None, now_ms: int,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .cleaner.plan import retention_deletable
+from .cleaner.plan import SegmentStats, retention_deletable
 from .partition_view import planner_state
 
 if TYPE_CHECKING:
@@ -18,12 +18,18 @@ if TYPE_CHECKING:
     from .log import Log
 
 
+def retention_roll_due(active: SegmentStats, now_ms: int, *, delete: bool, retention_ms: int) -> bool:
+    """Kafka rolls the active segment before retention when every segment, the active one included, has
+    expired by ``retention.ms`` (so that retention can delete it)."""
+    return (delete and retention_ms >= 0 and active.record_count > 0 and active.max_timestamp >= 0
+            and now_ms - active.max_timestamp > retention_ms)
+
+
 def apply_retention(log: Log, config: TopicConfig, now_ms: int) -> int:
     """Delete whole segments by the retention rule; returns the bytes removed."""
-    if config.delete and config.retention_ms >= 0:
-        active = log.active
-        if active.record_count and active.max_timestamp >= 0 and now_ms - active.max_timestamp > config.retention_ms:
-            log.roll()  # Kafka rolls first when every segment, the active one included, has expired
+    active = SegmentStats.from_meta(log.active.meta())
+    if retention_roll_due(active, now_ms, delete=config.delete, retention_ms=config.retention_ms):
+        log.roll()
     plan = retention_deletable(planner_state(log, config, None), now_ms)
     if not plan.segments:
         return 0

@@ -438,15 +438,15 @@ class Store:
 
     # -- retention and cleaning --------------------------------------------------------------------------
 
-    def enforce_retention(self) -> dict[tuple[str, int], int]:
-        """Time and size retention of topics whose cleanup.policy has delete (compact,delete ones also get it
-        after each cleaning, and never with log.cleaner.enable=false, as in Kafka), and removal of ``.deleted``
-        files whose ``file.delete.delay.ms`` has passed. Returns bytes removed per partition."""
+    def enforce_retention(self, topics: list[str] | None = None) -> dict[tuple[str, int], int]:
+        """Time and size retention of ``topics`` (default: all) whose cleanup.policy has delete (compact,delete
+        ones also get it after each cleaning, and never with log.cleaner.enable=false, as in Kafka), and removal
+        of ``.deleted`` files whose ``file.delete.delay.ms`` has passed. Returns bytes removed per partition."""
         self.check_writable("enforce retention")
         removed: dict[tuple[str, int], int] = {}
         for log in list(self._logs.values()):  # files renamed .deleted earlier whose delay has passed
             log.delete_expired_files()
-        for topic in self.topics():
+        for topic in self.topics() if topics is None else topics:
             if (config := self.topic_config(topic)).delete and (self.broker.log_cleaner_enable or not config.compact):
                 for log in self.partition_logs(topic):
                     freed = apply_retention(log, config, self.clock())
@@ -456,9 +456,10 @@ class Store:
 
     def clean(self, force: bool = False, topic: str | None = None, partition: int | None = None,
               executor: Any = None) -> CleanReport:
-        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`).
-        ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`), or an
-        ``OnDemandExecutor`` (see :mod:`compactlog.executors`)."""
+        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`); ``force``
+        waives the dirty ratio, never min.compaction.lag.ms, and rolls nothing (:func:`compactlog.maintenance.
+        run_pass` rolls first). ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`),
+        or an ``OnDemandExecutor`` (see :mod:`compactlog.executors`)."""
         from .cleaner.cleaner import clean
         from .executors import cleaner_executor
 

@@ -229,6 +229,11 @@ class TransactionCoordinator:
                     self.unreadable[path] = str(e)
         return found
 
+    def states(self) -> list[TransactionMetadata]:
+        """Every readable transactional id's state, as stored (reads only; unreadable files in
+        ``self.unreadable``)."""
+        return self._all()
+
     # -- producer ids ------------------------------------------------------------------------------------
 
     def init_producer(self, transactional_id: str | None, timeout_ms: int) -> tuple[int, int]:

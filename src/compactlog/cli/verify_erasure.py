@@ -1,0 +1,84 @@
+"""``compactlog verify-erasure --topic T --key K``: prove that no value of a deleted key survives anywhere in
+its partition's directory (:mod:`compactlog.erasure`): live segments, ``.cleaned``, ``.swap`` and
+``.deleted`` files, producer snapshots and every other file.
+
+Exit 0 only when the key's newest record is a tombstone (or no record of the key is left at all) and no
+older value of it survives in any file; 1 when a value survives (each is listed with its file and when the
+rules will remove it), when the key is live, or when a file cannot be read. The files are scanned before the
+partition is opened, and it is opened read-only: the proof changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ..erasure import ErasureScan, FoundRecord, scan_partition, transit_fate
+from ..errors import CompactLogError
+from ..key_history import KeyRecord, explain_key, format_ms
+from ..partition_view import planner_state, read_only_log
+from ..store import Store
+from .common import data_dir_parent, open_store
+from .explain import key_partition
+
+
+def add_parser(commands: Any) -> None:
+    verify = commands.add_parser("verify-erasure", parents=[data_dir_parent()],
+                                 help="prove no value of a deleted key survives on disk",
+                                 description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
+    verify.add_argument("--topic", required=True)
+    verify.add_argument("--key", required=True, help="the key (UTF-8 text)")
+    verify.add_argument("--partition", type=int, help="default: the key's partition by murmur2")
+    verify.set_defaults(run=run)
+
+
+def live_fates(store: Store, topic: str, partition: int, scan: ErasureScan) -> dict[int, str]:
+    """offset -> why a value still in a live segment is there and when it may go (the explain rules)."""
+    config = store.topic_config(topic)
+    live = sorted({r.offset: r for r in scan.records if r.live_file}.values(), key=lambda r: r.offset)
+    records = [KeyRecord(r.offset, r.timestamp, r.file, r.tombstone, r.delete_horizon_ms) for r in live]
+    try:
+        with read_only_log(store, topic, partition) as log:
+            state = planner_state(log, config, store.checkpoint.read().get((topic, partition)))
+    except CompactLogError as e:
+        return {r.offset: f"cannot tell: the partition cannot be opened read-only ({e})" for r in records}
+    fates = explain_key(records, state, store.clock(), config.roll_ms, config.delete_retention_ms)
+    return {f.record.offset: f.reason + ("" if f.removable_at_ms is None else
+                                         f"; may go from {format_ms(f.removable_at_ms)}") for f in fates}
+
+
+def _where(record: FoundRecord) -> str:
+    return f"offset {record.offset} ({format_ms(record.timestamp)}) in {record.file}"
+
+
+def run(args: argparse.Namespace) -> int:
+    key = args.key.encode()
+    with open_store(args) as store:
+        partition = key_partition(store, args.topic, key, args.partition)
+        directory = os.path.join(store.data_dir, f"{args.topic}-{partition}")
+        scan = scan_partition(directory, key)  # before anything opens the partition
+        fates = live_fates(store, args.topic, partition, scan) if scan.records else {}
+        delay = store.topic_config(args.topic).file_delete_delay_ms
+    name = f"{args.topic}-{partition}"
+    newest = scan.newest
+    print(f"Scanned {len(scan.files)} file(s) of {name} for key {args.key!r}: {len(scan.records)} record(s) found.")
+    if newest is None:
+        print("  no record of the key is left (its tombstone, if any, has been removed too)")
+    elif newest.tombstone:
+        horizon = "" if newest.delete_horizon_ms < 0 else f", delete horizon {format_ms(newest.delete_horizon_ms)}"
+        print(f"  newest record: tombstone at {_where(newest)}{horizon}")
+    else:
+        print(f"  LIVE: the newest record is a value, at {_where(newest)}")
+    for record in scan.surviving_values:
+        fate = fates.get(record.offset, "") if record.live_file else transit_fate(record.file, delay)
+        print(f"  SURVIVES: value at {_where(record)}: {fate}")
+    for file, position in scan.key_bytes:
+        print(f"  SURVIVES: the key's bytes in {file} at byte {position}")
+    for file, why in scan.unreadable.items():
+        print(f"  UNREADABLE: {file}: {why} (nothing can be proven about it)")
+    if scan.erased:
+        print(f"ERASED: no value of key {args.key!r} survives in {name}.")
+        return 0
+    print(f"NOT ERASED: key {args.key!r} {'is live' if newest and not newest.tombstone else 'survives'} in {name}.")
+    return 1
