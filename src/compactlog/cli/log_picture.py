@@ -23,11 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="PATH", help="the same picture as a self-contained HTML page")
 
 
-def write_pictures(args: argparse.Namespace, store: compactlog.Store) -> None:
-    """Write the ``--plot`` and ``--html`` files asked for, if any (a note on stderr for each)."""
+def write_pictures(args: argparse.Namespace, store: compactlog.Store, topic: str | None) -> None:
+    """Write the ``--plot`` and ``--html`` files of ``topic`` asked for, if any (a note on stderr for each)."""
     if not (args.plot or args.html):
         return
-    topic = getattr(args, "topic", None) or args.name
     if not topic:
         raise UsageError("--plot and --html draw one topic: name it")
     picture = topic_picture(store, topic)

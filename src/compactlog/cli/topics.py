@@ -184,7 +184,7 @@ def run_describe(args: argparse.Namespace) -> int:
                 except CompactLogError as e:
                     described.append({"topic": name, "error": str(e)})
         inert = broker_configs_without_effect(store)
-        log_picture.write_pictures(args, store)
+        log_picture.write_pictures(args, store, topic)
     if args.json:
         print_json(described if not topic else described[0])
     else:
