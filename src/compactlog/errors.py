@@ -107,3 +107,16 @@ class InvalidRequestError(CompactLogError, ValueError):
 
 class CorruptTransactionStateError(CompactLogError):
     """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""
+
+
+class CorruptCleanerStateError(CompactLogError):
+    """A ``cleaner-state.json`` that cannot be read (``metrics`` fails on it; the cleaner starts from an empty
+    state and its next pass rewrites the file)."""
+
+
+class DataDirectoryLockedError(CompactLogError):
+    """A second ``serve`` on a data directory that one already serves (the ``.lock`` file is held)."""
+
+
+class EndpointError(CompactLogError):
+    """A server endpoint that cannot listen where it was told (the address is in use, or not this host's)."""
