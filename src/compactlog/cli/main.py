@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import CompactLogError
-from . import clean, consume, produce, topics
+from . import clean, consume, metrics, produce, serve, topics
 from .common import UsageError
 
 EXIT_OK = 0
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compactlog",
         description="Kafka's topic compaction on a local data directory: topics, produce, consume, clean.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (topics, produce, consume, clean):
+    for module in (topics, produce, consume, clean, metrics, serve):
         module.add_parser(commands)
     return parser
 
