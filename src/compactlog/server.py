@@ -107,13 +107,13 @@ class Server:
             stop.set()
 
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            self.startup()
-            _log.info("server started: %s", ", ".join(c.name for c in self.components))
-            stop.wait()
-        finally:
-            with contextlib.ExitStack() as restore:
-                for s, handler in previous.items():
-                    restore.callback(signal.signal, s, handler)
+        with contextlib.ExitStack() as restore:
+            for s, handler in previous.items():
+                restore.callback(signal.signal, s, handler)
+            self.startup()  # a signal meanwhile is honoured once it has started
+            try:
+                _log.info("server started: %s", ", ".join(c.name for c in self.components))
+                stop.wait()
+            finally:
                 self.shutdown()
-            _log.info("server stopped")
+                _log.info("server stopped")
