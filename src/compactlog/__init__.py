@@ -11,6 +11,7 @@ from .config import BrokerConfig, ProducerConfig, TopicConfig
 from .errors import (
     CheckpointError,
     CleanerError,
+    CleaningAbortedError,
     CompactLogError,
     ConfigError,
     CorruptCleanerStateError,
@@ -54,6 +55,7 @@ __all__ = [
     "BrokerConfig",
     "CheckpointError",
     "CleanerError",
+    "CleaningAbortedError",
     "CompactLogError",
     "ConfigError",
     "CorruptCleanerStateError",

@@ -1,11 +1,12 @@
 """The cleaner service: ``serve``'s thread that runs a maintenance pass (:mod:`compactlog.maintenance`), then
 waits :func:`~compactlog.maintenance.backoff_after_pass_ms` (``log.cleaner.backoff.ms`` after a pass that
-cleaned nothing), until shut down.
+cleaned nothing), until shut down. A shutdown during a pass lets the round under way finish and starts no
+other (:class:`ShutdownAwareExecutor`).
 
 Rules, as Kafka's ``CleanerThread``: a pass that fails with a CompactLogError or an OSError (a topic deleted
 under it, a full disk) is logged and retried after the backoff; any other error kills the thread, logged
 with its traceback and counted by ``dead-thread-count``. The wait is on an Event, so that a shutdown wakes
-it at once; a shutdown during a pass lets the pass finish for up to ``grace_s`` seconds, then abandons it
+it at once; a shutdown during a round lets it finish for up to ``grace_s`` seconds, then abandons it
 (the process exits; the swap protocol is crash safe, and the next open of each partition finishes or rolls
 back what was in transit, see :mod:`compactlog.log.swap`). ``log.cleaner.enable=false`` is honoured by the
 pass itself: compacted topics are left alone, retention of ``delete`` topics still runs.
@@ -15,16 +16,45 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import CompactLogError
+from .errors import CleaningAbortedError, CompactLogError
+from .executors import cleaner_executor
 from .maintenance import backoff_after_pass_ms, pass_summary, run_maintenance_pass
 
 if TYPE_CHECKING:
+    from .cleaner.executor import CleanerExecutor, RoundResult
+    from .cleaner.kernel import CleanTask
     from .store import Store
 
 _log = logging.getLogger("compactlog.cleaner")
+
+
+class ShutdownAwareExecutor:
+    """The pass's executor, made to run no further round once ``stopping`` is set: each round not yet
+    started is answered with a CleaningAbortedError, so that a shutdown waits for one round at most, not
+    the whole pass (an in-process executor runs a round only when its outcome is asked for; a pool's
+    rounds not yet started are cancelled when the outcomes are closed)."""
+
+    def __init__(self, inner: CleanerExecutor, stopping: threading.Event) -> None:
+        self.inner = inner
+        self.stopping = stopping
+
+    def run_rounds(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
+        outcomes: Iterator[RoundResult | Exception] | None = None  # made at the first round run (a start)
+        try:
+            for task in tasks:
+                if self.stopping.is_set():
+                    yield CleaningAbortedError(f"{task.topic}-{task.partition}: the cleaner is shutting down")
+                    continue
+                if outcomes is None:
+                    outcomes = iter(self.inner.run_rounds(tasks))
+                yield next(outcomes)
+        finally:
+            close = getattr(outcomes, "close", None)
+            if close is not None:
+                close()
 
 
 class CleanerService:
@@ -66,7 +96,8 @@ class CleanerService:
         """One pass, logged; returns how long to wait before the next (ms)."""
         backoff_ms = self.store.broker.log_cleaner_backoff_ms
         try:
-            report = run_maintenance_pass(self.store, self.executor)
+            executor = cleaner_executor(self.executor, self.store.broker.log_cleaner_threads)
+            report = run_maintenance_pass(self.store, ShutdownAwareExecutor(executor, self._stop))
         except (CompactLogError, OSError) as e:
             _log.error("cleaner pass failed, retried in %d ms: %s", backoff_ms, e)
             return backoff_ms

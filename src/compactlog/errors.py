@@ -120,3 +120,8 @@ class DataDirectoryLockedError(CompactLogError):
 
 class EndpointError(CompactLogError):
     """A server endpoint that cannot listen where it was told (the address is in use, or not this host's)."""
+
+
+class CleaningAbortedError(CleanerError):
+    """A round not run because the cleaner is shutting down; unlike another failed round, it does not make
+    the partition uncleanable (the next pass cleans it)."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -14,8 +16,11 @@ import pytest
 import compactlog
 from compactlog import maintenance
 from compactlog.cleaner.cleaner import CleanReport
-from compactlog.cleaner_service import CleanerService
-from compactlog.errors import ConfigError, DataDirectoryLockedError, UnknownTopicOrPartitionError
+from compactlog.cleaner.executor import InProcessExecutor, RoundResult
+from compactlog.cleaner.kernel import CleanTask
+from compactlog.cleaner.state import read_cleaner_state
+from compactlog.cleaner_service import CleanerService, ShutdownAwareExecutor
+from compactlog.errors import CleaningAbortedError, ConfigError, DataDirectoryLockedError, UnknownTopicOrPartitionError
 from compactlog.maintenance import MaintenanceReport, backoff_after_pass_ms
 from compactlog.metrics_endpoint import parse_address
 from compactlog.server import LOCK_FILE, DataDirectoryLock, Server
@@ -156,3 +161,41 @@ def test_metrics_address(address: str, expected: tuple[str, int]) -> None:
 def test_a_bad_metrics_address_is_refused(address: str) -> None:
     with pytest.raises(ConfigError, match="HOST:PORT"):
         parse_address(address)
+
+
+class LazyRounds:
+    """An executor that runs a round only when its outcome is asked for, recording which ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.closed = False
+
+    def run_rounds(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
+        try:
+            for task in tasks:
+                self.ran.append(task.topic)
+                yield RuntimeError(f"{task.topic} ran")
+        finally:
+            self.closed = True
+
+
+def test_a_shutdown_lets_the_round_under_way_finish_and_starts_no_other() -> None:
+    inner, stopping = LazyRounds(), threading.Event()
+    tasks = [SimpleNamespace(topic=name, partition=0) for name in ("a", "b", "c")]
+    outcomes = ShutdownAwareExecutor(inner, stopping).run_rounds(tasks)  # type: ignore[arg-type]
+    assert str(next(outcomes)) == "a ran"
+    stopping.set()  # while a's round is being swapped in
+    rest = list(outcomes)
+    assert [type(o) for o in rest] == [CleaningAbortedError, CleaningAbortedError]
+    assert inner.ran == ["a"] and inner.closed
+
+
+def test_an_abandoned_round_does_not_make_its_partition_uncleanable(tmp_path: Path) -> None:
+    store = dirty_store(tmp_path, 100)
+    stopping = threading.Event()
+    stopping.set()
+    report = store.clean(executor=ShutdownAwareExecutor(InProcessExecutor(1), stopping))
+    assert report.partitions == [] and report.skipped[("t", 0)].startswith("not cleaned: t-0: the cleaner is")
+    assert store.cleaner_metrics()["uncleanable-partitions-count"] == 0
+    assert read_cleaner_state(str(tmp_path)).uncleanable == {}
+    assert store.clean().partition("t", 0) is not None  # the next pass cleans it

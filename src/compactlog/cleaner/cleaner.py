@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import CleanerError, CompactLogError
+from ..errors import CleanerError, CleaningAbortedError, CompactLogError
 from ..faults import fault_point
 from ..partition_view import partition_bytes, planner_state
 from ..retention import apply_retention
@@ -224,6 +224,9 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
                 report.skipped[tp] = "being cleaned by another process"
         for ltc, outcome in run_rounds(store, chosen, now, executor, hook):
             tp = (ltc.topic, ltc.partition)
+            if isinstance(outcome, CleaningAbortedError):  # a shutdown, not the partition's fault
+                report.skipped[tp] = f"not cleaned: {outcome}"
+                continue
             if isinstance(outcome, Exception):
                 failed_round(store, report, tp, outcome, ltc.cleanable_bytes)
                 continue
