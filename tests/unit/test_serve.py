@@ -199,3 +199,23 @@ def test_an_abandoned_round_does_not_make_its_partition_uncleanable(tmp_path: Pa
     assert store.cleaner_metrics()["uncleanable-partitions-count"] == 0
     assert read_cleaner_state(str(tmp_path)).uncleanable == {}
     assert store.clean().partition("t", 0) is not None  # the next pass cleans it
+
+
+def test_the_service_stops_a_pass_after_the_round_under_way(tmp_path: Path) -> None:
+    store = dirty_store(tmp_path, 100)
+    store.create_topic("u", 1, {"cleanup.policy": "compact", "segment.bytes": 14})
+    for value in (b"1", b"2", b"3"):
+        store.append("u", 0, pa.table({"key": [b"k"], "value": [value]}))
+
+    class StopAfterFirstRound:
+        def run_rounds(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
+            for outcome in InProcessExecutor(1).run_rounds(tasks):
+                service._stop.set()  # SIGTERM during the first round
+                yield outcome
+
+    service = CleanerService(store, StopAfterFirstRound(), wait=Waits(passes=5))
+    service.run()
+    assert service.passes == 1
+    ratios = {topic: store.describe(topic)[0].dirty_ratio for topic in ("t", "u")}
+    assert sorted(ratios.values()) == [0, 1.0]  # one partition cleaned, the other left for the next pass
+    assert read_cleaner_state(str(tmp_path)).uncleanable == {}
