@@ -75,7 +75,9 @@ class SparkSessionComponent:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # compactlog's lines at INFO; other libraries' (py4j, Spark's gateway) at WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("compactlog").setLevel(logging.INFO)
     parse_address(args.metrics_address)  # a bad address is an error before anything starts
     with open_store(args, create=True) as store, open_store(args) as metrics_store:
         store.check_writable("serve")
