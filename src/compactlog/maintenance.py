@@ -34,12 +34,14 @@ def pass_summary(report: MaintenanceReport) -> str:
     """One log line: what the pass did."""
     clean = report.clean
     uncleanable = sorted(f"{t}-{p}" for (t, p), why in clean.skipped.items() if why.startswith("uncleanable:"))
+    abandoned = sum(why.startswith("not cleaned:") for why in clean.skipped.values())  # a shutdown's
     removed = sum(report.retention_bytes_removed.values()) + sum(clean.retention_bytes_removed.values())
     cleaned = ", ".join(f"{p.topic}-{p.partition} ({p.records_read}->{p.records_written} records)"
                         for p in clean.partitions)
     return (f"cleaner pass: cleaned {len(clean.partitions)} partition(s){': ' + cleaned if cleaned else ''}; "
             f"rolled {len(clean.rolled)}; retention removed {removed} bytes; "
-            f"{len(clean.skipped)} skipped" + (f"; uncleanable: {', '.join(uncleanable)}" if uncleanable else ""))
+            f"{len(clean.skipped)} skipped" + (f"; uncleanable: {', '.join(uncleanable)}" if uncleanable else "")
+            + (f"; {abandoned} left for the next pass (shutting down)" if abandoned else ""))
 
 
 def backoff_after_pass_ms(report: MaintenanceReport, backoff_ms: int) -> int:
