@@ -49,7 +49,7 @@ def count(store: compactlog.Store, topic: str) -> int:
 
 def test_exactly_the_audited_settings_are_marked_without_effect() -> None:
     marked = {d.name for d in (*TOPIC_CONFIGS, *BROKER_CONFIGS, *PRODUCER_CONFIGS) if d.no_effect}
-    # log.cleaner.backoff.ms has its effect in serve's cleaner service (tests/unit/test_serve.py).
+    # log.cleaner.backoff.ms has its effect in serve's cleaner service (tests/unit/test_server.py).
     assert marked == {"log.cleaner.io.buffer.size"}
     for scope in ("topic", "broker", "producer"):
         for name, _, _, doc in describe_configs(scope):  # type: ignore[arg-type]
