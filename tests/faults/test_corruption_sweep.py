@@ -7,8 +7,8 @@ several frames, a producer snapshot, transactions committed and aborted, a clean
 cleaner's state file, topic and transaction metadata, ``producer-ids``, ``meta.properties``,
 ``server.properties``). Each case copies it, damages one file (one flipped bit; a truncation at every
 frame boundary of the active segment and at several points of every other file; garbage appended) and
-opens the copy. Bits are sampled (a fixed seed)
-where a file has more than :data:`MAX_BIT_FLIPS` of them, so the sweep stays under a minute.
+opens the copy. Bits are sampled (a fixed seed) where a file has more than :data:`MAX_BIT_FLIPS` of them,
+so the sweep stays under a minute.
 
 Outcomes:
 
