@@ -7,12 +7,12 @@ port), loopback unless told otherwise: the gauges name topics.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from prometheus_client import start_http_server
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, EndpointError
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 DEFAULT_ADDRESS = "127.0.0.1:9404"
 _log = logging.getLogger("compactlog.server")
@@ -36,6 +36,8 @@ class MetricsEndpoint:
         self._server: Any = None
 
     def start(self) -> None:
+        from prometheus_client import start_http_server  # imported when used: every command imports the CLI
+
         from .gauges import registry_of
 
         try:

@@ -13,7 +13,6 @@ import argparse
 import sys
 from typing import Any
 
-from ..gauges import metrics_json, prometheus_text
 from .common import data_dir_parent, open_store, print_json
 
 
@@ -26,6 +25,8 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..gauges import metrics_json, prometheus_text  # prometheus_client: imported only by this command
+
     with open_store(args) as store:
         if args.format == "json":
             print_json(metrics_json(store))

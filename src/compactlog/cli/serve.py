@@ -20,7 +20,6 @@ from typing import Any
 from ..cleaner.executor import OnDemandExecutor
 from ..cleaner_service import CleanerService
 from ..errors import ExecutorError
-from ..gauges import DataDirectoryCollector
 from ..metrics_endpoint import DEFAULT_ADDRESS, MetricsEndpoint, parse_address
 from ..server import Component, DataDirectoryLock, Server
 from .common import data_dir_parent, open_store
@@ -75,6 +74,8 @@ class SparkSessionComponent:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..gauges import DataDirectoryCollector  # prometheus_client: imported only by this command
+
     # compactlog's lines at INFO; other libraries' (py4j, Spark's gateway) at WARNING.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("compactlog").setLevel(logging.INFO)
