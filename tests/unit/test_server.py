@@ -219,3 +219,30 @@ def test_the_service_stops_a_pass_after_the_round_under_way(tmp_path: Path) -> N
     ratios = {topic: store.describe(topic)[0].dirty_ratio for topic in ("t", "u")}
     assert sorted(ratios.values()) == [0, 1.0]  # one partition cleaned, the other left for the next pass
     assert read_cleaner_state(str(tmp_path)).uncleanable == {}
+
+
+def test_rounds_run_side_by_side_but_never_taken_leave_no_cleaned_files(tmp_path: Path) -> None:
+    (tmp_path / "server.properties").write_text("log.cleaner.threads=2\n")
+    store = compactlog.open(str(tmp_path), clock=FakeClock())
+    for topic in ("a", "b", "c"):
+        store.create_topic(topic, 1, {"cleanup.policy": "compact", "segment.bytes": 14})
+        for value in (b"1", b"2", b"3"):
+            store.append(topic, 0, pa.table({"key": [b"k"], "value": [value]}))
+    stopping = threading.Event()
+
+    class StopDuringTheFirstRound:
+        def run_rounds(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
+            rounds = InProcessExecutor(2).run_rounds(tasks)  # the first two rounds start together
+            try:
+                for outcome in rounds:
+                    stopping.set()
+                    yield outcome
+            finally:
+                rounds.close()  # type: ignore[attr-defined]
+
+    report = store.clean(executor=ShutdownAwareExecutor(StopDuringTheFirstRound(), stopping))
+    assert len(report.partitions) == 1
+    assert sum(why.startswith("not cleaned:") for why in report.skipped.values()) == 2
+    left = [name for topic in ("a", "b", "c") for name in os.listdir(tmp_path / f"{topic}-0")
+            if name.endswith(".cleaned")]
+    assert left == []  # the second round ran, its output was never swapped in: discarded at once
