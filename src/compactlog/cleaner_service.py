@@ -19,12 +19,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .cleaner.executor import RoundResult
+from .cleaner.swap import discard
 from .errors import CleaningAbortedError, CompactLogError
 from .executors import cleaner_executor
 from .maintenance import backoff_after_pass_ms, pass_summary, run_maintenance_pass
 
 if TYPE_CHECKING:
-    from .cleaner.executor import CleanerExecutor, RoundResult
+    from .cleaner.executor import CleanerExecutor
     from .cleaner.kernel import CleanTask
     from .store import Store
 
@@ -35,7 +37,9 @@ class ShutdownAwareExecutor:
     """The pass's executor, made to run no further round once ``stopping`` is set: each round not yet
     started is answered with a CleaningAbortedError, so that a shutdown waits for one round at most, not
     the whole pass (an in-process executor runs a round only when its outcome is asked for; a pool's
-    rounds not yet started are cancelled when the outcomes are closed)."""
+    rounds not yet started are cancelled when the outcomes are closed, and the output of those that ran
+    removed; outcomes computed all at once, as Spark's, have the output of those not handed over removed
+    here)."""
 
     def __init__(self, inner: CleanerExecutor, stopping: threading.Event) -> None:
         self.inner = inner
@@ -53,8 +57,12 @@ class ShutdownAwareExecutor:
                 yield next(outcomes)
         finally:
             close = getattr(outcomes, "close", None)
-            if close is not None:
+            if close is not None:  # a generator: it cleans up after the rounds it ran and did not hand over
                 close()
+            else:  # outcomes computed before the first was handed over (Spark's): discard the rest
+                for outcome in outcomes or ():
+                    if isinstance(outcome, RoundResult):
+                        discard(outcome.groups)
 
 
 class CleanerService:

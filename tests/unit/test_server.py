@@ -246,3 +246,24 @@ def test_rounds_run_side_by_side_but_never_taken_leave_no_cleaned_files(tmp_path
     left = [name for topic in ("a", "b", "c") for name in os.listdir(tmp_path / f"{topic}-0")
             if name.endswith(".cleaned")]
     assert left == []  # the second round ran, its output was never swapped in: discarded at once
+
+
+def test_rounds_computed_at_once_but_never_taken_leave_no_cleaned_files(tmp_path: Path) -> None:
+    store = compactlog.open(str(tmp_path), clock=FakeClock())
+    for topic in ("a", "b", "c"):
+        store.create_topic(topic, 1, {"cleanup.policy": "compact", "segment.bytes": 14})
+        for value in (b"1", b"2", b"3"):
+            store.append(topic, 0, pa.table({"key": [b"k"], "value": [value]}))
+    stopping = threading.Event()
+
+    class AllRoundsFirst:  # as the Spark executor: every round runs before the first is handed back
+        def run_rounds(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
+            outcomes = list(InProcessExecutor(1).run_rounds(tasks))
+            stopping.set()  # SIGTERM while the rounds ran
+            return iter(outcomes)
+
+    report = store.clean(executor=ShutdownAwareExecutor(AllRoundsFirst(), stopping))
+    assert len(report.partitions) == 1
+    left = [name for topic in ("a", "b", "c") for name in os.listdir(tmp_path / f"{topic}-0")
+            if name.endswith(".cleaned")]
+    assert left == []
