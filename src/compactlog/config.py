@@ -228,8 +228,8 @@ BROKER_CONFIGS: tuple[ConfigDef, ...] = (
               "fraction of its slots.", low=0, high=1, low_open=True),
     ConfigDef("log.cleaner.io.buffer.size", "int", 524_288, "I/O buffers of all cleaner threads.", low=0,
               no_effect="pyarrow reads and writes the Parquet segments (a row group at a time) with its own buffers"),
-    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "Sleep when no log needed cleaning.", low=0,
-              no_effect="no cleaner loop exists yet: store.clean() and compactlog clean run one pass when called"),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15_000, "serve's cleaner waits this long after a pass that "
+              "cleaned nothing (after one that cleaned, it runs the next at once, as Kafka's).", low=0),
     ConfigDef("producer.id.expiration.ms", "int", 86_400_000,
               "Producers idle this long, outside a transaction, are forgotten.", low=1),
     ConfigDef("transaction.max.timeout.ms", "int", 900_000, "The largest transaction.timeout.ms a transactional "

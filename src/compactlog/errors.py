@@ -111,3 +111,21 @@ class CorruptTransactionStateError(CompactLogError):
 
 class ReportWriteError(CompactLogError, OSError):
     """A report or picture file (``topics describe --plot`` / ``--html``) that cannot be written."""
+
+
+class CorruptCleanerStateError(CompactLogError):
+    """A ``cleaner-state.json`` that cannot be read (``metrics`` fails on it; the cleaner starts from an empty
+    state and its next pass rewrites the file)."""
+
+
+class DataDirectoryLockedError(CompactLogError):
+    """A second ``serve`` on a data directory that one already serves (the ``.lock`` file is held)."""
+
+
+class EndpointError(CompactLogError):
+    """A server endpoint that cannot listen where it was told (the address is in use, or not this host's)."""
+
+
+class CleaningAbortedError(CleanerError):
+    """A round not run because the cleaner is shutting down; unlike another failed round, it does not make
+    the partition uncleanable (the next pass cleans it)."""

@@ -1,4 +1,4 @@
-"""A maintenance pass over a data directory (``compactlog clean``): what Kafka's log manager and cleaner
+"""A maintenance pass over a data directory (``compactlog clean``, and ``serve`` every ``log.cleaner.backoff.ms``): what Kafka's log manager and cleaner
 threads do between them, run once, and its dry run.
 
 A pass (:func:`run_pass`) over the named topics (default: every topic), in this order:
@@ -233,3 +233,23 @@ def _rows(log: Any, start: int, end: int) -> Iterator[pa.Table]:
     if end > start:
         yield from log.read_tables(start, end, columns=ESTIMATE_COLUMNS, include_control=True)
 
+
+
+def pass_summary(report: PassReport) -> str:
+    """One log line (``serve``'s cleaner thread): what the pass did."""
+    clean = report.clean
+    uncleanable = sorted(f"{t}-{p}" for (t, p), why in clean.skipped.items() if why.startswith("uncleanable:"))
+    abandoned = sum(why.startswith("not cleaned:") for why in clean.skipped.values())  # a shutdown's
+    removed = sum(clean.retention_bytes_removed.values())
+    cleaned = ", ".join(f"{p.topic}-{p.partition} ({p.records_read}->{p.records_written} records)"
+                        for p in clean.partitions)
+    return (f"cleaner pass: cleaned {len(clean.partitions)} partition(s){': ' + cleaned if cleaned else ''}; "
+            f"rolled {len(report.rolled)}; retention removed {removed} bytes; "
+            f"{len(clean.skipped)} skipped" + (f"; uncleanable: {', '.join(uncleanable)}" if uncleanable else "")
+            + (f"; {abandoned} left for the next pass (shutting down)" if abandoned else ""))
+
+
+def backoff_after_pass_ms(report: PassReport, backoff_ms: int) -> int:
+    """How long the cleaner waits before its next pass: as Kafka's cleaner thread, not at all after a pass
+    that cleaned a partition (more may be dirty enough now), else ``log.cleaner.backoff.ms``."""
+    return 0 if report.clean.partitions else backoff_ms

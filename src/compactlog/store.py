@@ -8,6 +8,7 @@ Layout of ``<data-dir>``:
   the moment a topic exists, removing it the moment it is deleted (its partition directories are then
   renamed ``-delete`` and removed);
 * ``cleaner-offset-checkpoint``: the cleaner's next dirty offset per partition, in Kafka's text format;
+* ``cleaner-state.json``: the last cleaner pass's gauges and uncleanable partitions (:mod:`.cleaner.state`);
 * ``server.properties`` (optional): data-directory defaults under Kafka's broker names.
 
 A :class:`Store` is what :func:`compactlog.open` returns. Several stores (in several processes) may share
@@ -105,9 +106,9 @@ class Store:
         self._closed = False
         # Writable: made now, as its opening removes what a killed state write left (.transactions/*.tmp).
         self._coordinator: TransactionCoordinator | None = None if self.read_only else TransactionCoordinator(self)
-        from .cleaner.state import CleanerState
+        from .cleaner.state import load_cleaner_state  # the last pass's figures, of whichever process
 
-        self.cleaner_state = CleanerState()
+        self.cleaner_state = load_cleaner_state(self.data_dir, remove_tmp=not self.read_only)
 
     def _remove_deleted_partitions(self) -> None:
         """Finish topic deletions a crash interrupted: remove ``*-delete`` directories (as Kafka does at
@@ -470,7 +471,7 @@ class Store:
         report.failed_transactions.update(self.transactions.unreadable)
         return report
 
-    def cleaner_metrics(self) -> dict[str, int | float]:
+    def cleaner_metrics(self) -> dict[str, int | float | None]:
         from .cleaner.cleaner import cleaner_metrics
 
         return cleaner_metrics(self)

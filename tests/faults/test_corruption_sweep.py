@@ -3,11 +3,12 @@ then gives: the data as written, or a ``CompactLogError`` naming the file, never
 exception.
 
 One small store is written once (a sealed Parquet segment of several row groups, an active segment of
-several frames, a producer snapshot, transactions committed and aborted, a cleaner checkpoint, topic and
-transaction metadata, ``producer-ids``, ``meta.properties``, ``server.properties``). Each case copies it,
-damages one file (one flipped bit; a truncation at every frame boundary of the active segment and at
-several points of every other file; garbage appended) and opens the copy. Bits are sampled (a fixed seed)
-where a file has more than :data:`MAX_BIT_FLIPS` of them, so the sweep stays under a minute.
+several frames, a producer snapshot, transactions committed and aborted, a cleaner checkpoint and the
+cleaner's state file, topic and transaction metadata, ``producer-ids``, ``meta.properties``,
+``server.properties``). Each case copies it, damages one file (one flipped bit; a truncation at every
+frame boundary of the active segment and at several points of every other file; garbage appended) and
+opens the copy. Bits are sampled (a fixed seed) where a file has more than :data:`MAX_BIT_FLIPS` of them,
+so the sweep stays under a minute.
 
 Outcomes:
 
@@ -44,6 +45,7 @@ import compactlog
 from compactlog import sealed_segment
 from compactlog.active_segment import ActiveSegment
 from compactlog.checkpoint import read_checkpoint
+from compactlog.cleaner.state import read_cleaner_state, state_to_dict
 from compactlog.errors import CompactLogError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,7 +56,7 @@ MAX_BIT_FLIPS = 100  # per file; every bit of a smaller file
 TOPIC = "t"
 TXN_ID = "tx-sweep"
 # Files whose format carries a checksum (or is checked against another): no case may read wrong data.
-CHECKED_KINDS = ("sealed", "active", "snapshot", "producer-ids", "topic")
+CHECKED_KINDS = ("sealed", "active", "snapshot", "producer-ids", "topic", "cleaner-state")
 
 
 def build_store(root: Path) -> None:
@@ -105,6 +107,9 @@ def expected_state(root: Path) -> dict[str, Any]:
             "broker": store.broker,
             "directory_id": store.directory_id,
             "checkpoint": read_checkpoint(root / "cleaner-offset-checkpoint"),
+            # What `metrics` reads (strictly: a damaged file is an error naming it; the store's own load
+            # passes over it with a warning).
+            "cleaner_state": state_to_dict(read_cleaner_state(str(root))),
             "producer_id": store.transactions.init_producer(None, 60000),
             "txn": store.transactions.init_producer(TXN_ID, 60000),
         }
@@ -128,6 +133,7 @@ def file_kinds(root: Path) -> dict[str, Path]:
         "transaction": next((root / ".transactions").glob("*.json")),
         "topic": root / ".topics" / f"{TOPIC}.json",
         "checkpoint": root / "cleaner-offset-checkpoint",
+        "cleaner-state": root / "cleaner-state.json",
         "meta.properties": root / "meta.properties",
         "server.properties": root / "server.properties",
     }

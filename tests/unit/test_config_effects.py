@@ -1,7 +1,7 @@
 """Every config does what its doc says, or its doc and ``describe`` say it has no effect here, and why. Here:
 log.cleaner.enable, log.cleaner.threads and the dedupe buffer it shares out, the load factor,
 compression.type, enable.idempotence, and the settings accepted only for Kafka's sake
-(log.cleaner.io.buffer.size, log.cleaner.backoff.ms). The other configs' effects are tested with the code
+(log.cleaner.io.buffer.size). The other configs' effects are tested with the code
 that honours them (test_plan, test_log, test_store, test_producer, test_cleaner, test_transactions)."""
 
 from __future__ import annotations
@@ -49,13 +49,11 @@ def count(store: compactlog.Store, topic: str) -> int:
 
 def test_exactly_the_audited_settings_are_marked_without_effect() -> None:
     marked = {d.name for d in (*TOPIC_CONFIGS, *BROKER_CONFIGS, *PRODUCER_CONFIGS) if d.no_effect}
-    assert marked == {"log.cleaner.io.buffer.size", "log.cleaner.backoff.ms"}
+    # log.cleaner.backoff.ms has its effect in serve's cleaner service (tests/unit/test_server.py).
+    assert marked == {"log.cleaner.io.buffer.size"}
     for scope in ("topic", "broker", "producer"):
         for name, _, _, doc in describe_configs(scope):  # type: ignore[arg-type]
             assert (NO_EFFECT in doc) == (name in marked), name
-    docs = {name: doc for name, _, _, doc in describe_configs("broker")}
-    assert docs["log.cleaner.backoff.ms"].endswith(NO_EFFECT + "no cleaner loop exists yet: store.clean() and "
-                                                   "compactlog clean run one pass when called.")
 
 
 def test_topics_describe_names_the_settings_that_have_no_effect(tmp_path: Path,

@@ -460,7 +460,7 @@ def test_metrics_without_history() -> None:
         "cleaner-recopy-percent": 0,
         "max-buffer-utilization-percent": 0,
         "max-clean-time-secs": 0,
-        "time-since-last-run-ms": 0,
+        "time-since-last-run-ms": None,  # never ran: not "ran just now"
         "uncleanable-partitions-count": 0,
         "uncleanable-bytes": 0,
     }

@@ -25,7 +25,8 @@ compacted partition as skipped and changes nothing, as a Kafka broker with no cl
 ``delete``-only topics (:meth:`~compactlog.store.Store.enforce_retention`, Kafka's LogManager) still runs.
 
 A partition whose round fails is marked uncleanable with the reason; the other partitions go on, and the
-next pass retries it. At most one process cleans a partition at a time (``.cleaner.lock``).
+next pass retries it. At most one process cleans a partition at a time (``.cleaner.lock``). Every pass
+ends by writing the cleaner's state (:mod:`.state`) to the data directory.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import CleanerError, CompactLogError
+from ..errors import CleanerError, CleaningAbortedError, CompactLogError
 from ..faults import fault_point
 from ..partition_view import partition_bytes, planner_state
 from ..retention import apply_retention
@@ -48,6 +49,7 @@ from .metrics import CleanerStats
 from .metrics import cleaner_metrics as metrics_from_stats
 from .plan import LogToClean, PartitionState, select_logs
 from .rewrite import transaction_facts
+from .state import write_cleaner_state
 from .swap import SwapHook, discard
 
 if TYPE_CHECKING:
@@ -222,6 +224,9 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
                 report.skipped[tp] = "being cleaned by another process"
         for ltc, outcome in run_rounds(store, chosen, now, executor, hook):
             tp = (ltc.topic, ltc.partition)
+            if isinstance(outcome, CleaningAbortedError):  # a shutdown, not the partition's fault
+                report.skipped[tp] = f"not cleaned: {outcome}"
+                continue
             if isinstance(outcome, Exception):
                 failed_round(store, report, tp, outcome, ltc.cleanable_bytes)
                 continue
@@ -243,6 +248,7 @@ def clean(store: LogDirectory, force: bool = False, topic: str | None = None, pa
                 continue
             if freed:
                 report.retention_bytes_removed[tp] = freed
+    write_cleaner_state(store.data_dir, state)  # a fresh process's gauges and describe show this pass
     return report
 
 
@@ -335,7 +341,7 @@ def commit_round(store: LogDirectory, log: Log, ltc: LogToClean, outcome: RoundR
         groups=len(results))
 
 
-def cleaner_metrics(store: LogDirectory) -> dict[str, int | float]:
+def cleaner_metrics(store: LogDirectory) -> dict[str, int | float | None]:
     state = store.cleaner_state
     return metrics_from_stats(state.last_stats, state.max_dirty_ratio, state.max_compaction_delay_ms,
                               state.uncleanable_bytes, store.clock(), state.last_run_ms)

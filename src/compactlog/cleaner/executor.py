@@ -120,6 +120,8 @@ class InProcessExecutor:
 
     def _side_by_side(self, tasks: Sequence[CleanTask]) -> Iterator[RoundResult | Exception]:
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="compactlog-cleaner")
+        handed_over = 0
+        futures = []
         try:
             futures = [pool.submit(_timed_round, task) for task in tasks]
             for future in futures:
@@ -127,9 +129,15 @@ class InProcessExecutor:
                     outcome: RoundResult | Exception = future.result()
                 except Exception as e:
                     outcome = e
+                handed_over += 1
                 yield outcome
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            # Rounds that ran but whose outcome the caller never took (it stopped early: a shutdown) are
+            # never swapped in: their .cleaned files go now, not at the partition's next open.
+            for future in futures[handed_over:]:
+                if not future.cancelled() and future.exception() is None:
+                    discard(future.result().groups)
 
 
 @dataclass(frozen=True)

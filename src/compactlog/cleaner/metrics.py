@@ -34,10 +34,12 @@ def cleaner_metrics(
     uncleanable: Mapping[TopicPartition, int],
     now_ms: int,
     last_run_ms: int | None,
-) -> dict[str, int | float]:
+) -> dict[str, int | float | None]:
     """Kafka's cleaner gauges (§5) from each worker's last completed round and the last selection.
 
-    ``uncleanable`` maps each uncleanable partition to its stuck cleanable bytes.
+    ``uncleanable`` maps each uncleanable partition to its stuck cleanable bytes. ``time-since-last-run-ms`` is
+    None when no pass has run (``last_run_ms`` None): Kafka's gauge then reads the time since the cleaner
+    started, which a data directory without a running cleaner does not have, and 0 would claim a run just now.
     ``max-buffer-utilization-percent`` is the real percentage (Kafka before KAFKA-18597 truncated the ratio to
     an int first and read 0); like the Scala ``maxOverCleanerThreads``, maxima fold from 0.
     """
@@ -49,7 +51,7 @@ def cleaner_metrics(
         "cleaner-recopy-percent": int(100 * (written / max(read, 1))),
         "max-buffer-utilization-percent": int(max([0.0, *(s.map_utilization for s in last_stats)]) * 100),
         "max-clean-time-secs": max([0, *(s.elapsed_ms // 1000 for s in last_stats)]),
-        "time-since-last-run-ms": now_ms - last_run_ms if last_run_ms is not None else 0,
+        "time-since-last-run-ms": now_ms - last_run_ms if last_run_ms is not None else None,
         "uncleanable-partitions-count": len(uncleanable),
         "uncleanable-bytes": sum(uncleanable.values()),
     }

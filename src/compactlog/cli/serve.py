@@ -1,0 +1,98 @@
+"""``compactlog serve``: the one long-running process of a data directory (:class:`compactlog.server.Server`):
+a cleaner pass every ``log.cleaner.backoff.ms`` with everything ``clean`` does (retention, transaction
+expiry, idle rolls, compaction; ``log.cleaner.enable`` honoured), and Prometheus metrics on
+``--metrics-address`` (default 127.0.0.1:9404, ``GET /metrics``). One line a pass on stderr.
+
+Passes run on Spark (``local[*]``, or ``--spark-master URL``, else ``$COMPACTLOG_SPARK_MASTER``) as
+``clean``'s do: the session starts when a pass first has a partition to clean and lives until the server
+stops. ``--in-process`` runs them in this process without Spark. SIGTERM or SIGINT stops the server: a pass
+under way finishes (or, after 8 s, is abandoned, which the swap protocol makes safe), and the exit code is 0.
+A second ``serve`` on the same data directory is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+from typing import Any
+
+from ..cleaner.executor import OnDemandExecutor
+from ..cleaner_service import CleanerService
+from ..errors import ExecutorError
+from ..metrics_endpoint import DEFAULT_ADDRESS, MetricsEndpoint, parse_address
+from ..server import Component, DataDirectoryLock, Server
+from .common import data_dir_parent, open_store
+
+
+def add_parser(commands: Any) -> None:
+    serve = commands.add_parser("serve", parents=[data_dir_parent()],
+                                help="run the cleaner as a service, with Prometheus metrics",
+                                description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
+    serve.add_argument("--metrics-address", metavar="HOST:PORT", default=DEFAULT_ADDRESS,
+                       help=f"where /metrics listens (default {DEFAULT_ADDRESS})")
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument("--in-process", action="store_true", help="clean in this process, without Spark")
+    where.add_argument("--spark-master", metavar="URL",
+                       help="Spark master (default: $COMPACTLOG_SPARK_MASTER, else local[*])")
+    serve.set_defaults(run=run)
+
+
+class SparkSessionComponent:
+    """The Spark session of the cleaner's passes: started by the first pass with a round to run (through
+    an OnDemandExecutor), stopped at shutdown if this process started it."""
+
+    name = "spark session"
+
+    def __init__(self, master: str | None) -> None:
+        self.master = master
+        self._session: Any = None
+        self._fresh = False
+
+    def start(self) -> None:
+        if importlib.util.find_spec("pyspark") is None:
+            raise ExecutorError("PySpark is not installed; install compactlog[spark], or use --in-process")
+        from ..spark.session import check_master_reachable, resolve_master
+
+        self.master = resolve_master(self.master)
+        check_master_reachable(self.master)
+
+    def session(self) -> Any:
+        if self._session is None:
+            from pyspark import SparkContext
+
+            from ..spark.session import session
+
+            self._fresh = SparkContext._active_spark_context is None
+            self._session = session(self.master)
+        return self._session
+
+    def shutdown(self) -> None:
+        if self._session is not None and self._fresh:
+            self._session.stop()
+        self._session = None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..gauges import DataDirectoryCollector  # prometheus_client: imported only by this command
+
+    # compactlog's lines at INFO; other libraries' (py4j, Spark's gateway) at WARNING.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("compactlog").setLevel(logging.INFO)
+    parse_address(args.metrics_address)  # a bad address is an error before anything starts
+    with open_store(args, create=True) as store, open_store(args) as metrics_store:
+        store.check_writable("serve")
+        components: list[Component] = [DataDirectoryLock(store.data_dir)]
+        executor: Any = None
+        if not args.in_process:
+            spark = SparkSessionComponent(args.spark_master)
+            components.append(spark)
+            executor = OnDemandExecutor(spark.session)
+        cleaner = CleanerService(store, executor)
+        # The endpoint reads through a store of its own: scrapes run on the HTTP server's threads. It starts
+        # before the cleaner, so that a shutdown stops the cleaner first (at once: the endpoint's own stop
+        # waits up to half a second for its serving loop).
+        components += [MetricsEndpoint(DataDirectoryCollector(metrics_store, cleaner.dead_thread_count),
+                                       args.metrics_address), cleaner]
+        Server(components).run_until_signalled()
+    return 0

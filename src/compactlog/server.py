@@ -1,0 +1,119 @@
+"""The server: the one long-running process of a data directory, shaped as Kafka's ``KafkaServer``. It owns
+components and starts them in order (the data-directory lock first), and shuts them down in reverse order.
+
+A component is anything with a ``name``, ``start()`` and ``shutdown()`` (:class:`Component`): the cleaner
+service (:mod:`compactlog.cleaner_service`), the metrics endpoint (:mod:`compactlog.metrics_endpoint`), and
+later the Kafka protocol listener. ``start()`` returns once the component runs (its threads started);
+``shutdown()`` returns once it has stopped. A component that fails to start shuts down the ones started
+before it, in reverse order, and its error is raised.
+
+One server per data directory: :class:`DataDirectoryLock` holds an exclusive ``flock`` of ``<data-dir>/.lock``
+(Kafka's name for its log directories' lock) with the server's pid in it, for the server's whole life; the
+kernel releases it when the process ends, however it ends, so a stale file never blocks a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Protocol
+
+from .errors import DataDirectoryLockedError
+
+LOCK_FILE = ".lock"
+_log = logging.getLogger("compactlog.server")
+
+
+class Component(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class DataDirectoryLock:
+    """The component that makes a server the only one of its data directory (see the module docstring)."""
+
+    name = "data-directory lock"
+
+    def __init__(self, data_dir: str) -> None:
+        self.path = os.path.join(data_dir, LOCK_FILE)
+        self._fd: int | None = None
+
+    def start(self) -> None:
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            holder = os.read(fd, 32).decode("ascii", errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DataDirectoryLockedError(f"{os.path.dirname(self.path)} is already served by process {holder} "
+                                           f"(it holds {self.path})") from e
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._fd = fd
+
+    def shutdown(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # no pid of a process that is gone
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+
+
+class Server:
+    """Components started in order, shut down in reverse order (see the module docstring)."""
+
+    def __init__(self, components: Sequence[Component]) -> None:
+        self.components = list(components)
+        self._started: list[Component] = []
+
+    def startup(self) -> None:
+        for component in self.components:
+            try:
+                component.start()
+            except BaseException:
+                self.shutdown()
+                raise
+            self._started.append(component)
+            _log.debug("started %s", component.name)
+
+    def shutdown(self) -> None:
+        """Shut every started component down, the last started first; the first error is raised once all
+        have been asked to stop."""
+        first_error: BaseException | None = None
+        while self._started:
+            component = self._started.pop()
+            try:
+                component.shutdown()
+            except Exception as e:
+                _log.error("shutting down %s failed: %s", component.name, e)
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+
+    def run_until_signalled(self, stop: threading.Event | None = None) -> None:
+        """Start, wait for SIGTERM or SIGINT (or ``stop``), shut down. Call from the main thread."""
+        stop = stop or threading.Event()
+
+        def request_stop(signum: int, frame: FrameType | None) -> None:
+            _log.info("%s received: shutting down", signal.Signals(signum).name)
+            stop.set()
+
+        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        with contextlib.ExitStack() as restore:
+            for s, handler in previous.items():
+                restore.callback(signal.signal, s, handler)
+            self.startup()  # a signal meanwhile is honoured once it has started
+            try:
+                _log.info("server started: %s", ", ".join(c.name for c in self.components))
+                stop.wait()
+            finally:
+                self.shutdown()
+                _log.info("server stopped")
