@@ -1,5 +1,5 @@
-"""A maintenance pass over a data directory (``compactlog clean``, and ``serve`` every ``log.cleaner.backoff.ms``): what Kafka's log manager and cleaner
-threads do between them, run once, and its dry run.
+"""A maintenance pass over a data directory (``compactlog clean``; ``serve`` runs one every
+``log.cleaner.backoff.ms``): what Kafka's log manager and cleaner threads do between them, and its dry run.
 
 A pass (:func:`run_pass`) over the named topics (default: every topic), in this order:
 

@@ -26,7 +26,7 @@ them as records. The delete horizon is per record (Kafka keeps it per batch).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -300,3 +300,17 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
     if largest > max_message_bytes:
         raise RecordTooLargeError(
             f"a record of {largest} bytes is larger than max.message.bytes={max_message_bytes} of {topic!r}")
+
+
+def records_of(tables: Iterator[pa.Table]) -> Iterator[Record]:
+    """The rows of tables with the reader's columns (:data:`READ_COLUMNS`) as :class:`Record` values."""
+    for table in tables:
+        offsets = table.column("offset").to_pylist()
+        timestamps = table.column("timestamp").to_pylist()
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        headers = table.column("headers").to_pylist()
+        for i, offset in enumerate(offsets):
+            header = headers[i]
+            yield Record(offset, timestamps[i], keys[i], values[i],
+                         [(h["key"], h["value"]) for h in header] if header else [])

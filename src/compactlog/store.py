@@ -44,7 +44,17 @@ from .faults import fault_point
 from .log import Log, fsync_dir
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition, unreadable_partition
 from .producer_state import aborted_mask
-from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, read_columns, to_rows
+from .record import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CONTROL_NONE,
+    READ_COLUMNS,
+    Record,
+    check_rows,
+    read_columns,
+    records_of,
+    to_rows,
+)
 from .retention import apply_retention
 from .topic_metadata import (
     TopicMetadata,
@@ -369,7 +379,7 @@ class Store:
         log = self.log(topic, partition)
         log.check_offset(start_offset, end_offset)
         _check_isolation_level(isolation_level)  # now, not when the first record is asked for
-        return _records(self._read_tables(log, start_offset, end_offset, list(READ_COLUMNS), isolation_level))
+        return records_of(self._read_tables(log, start_offset, end_offset, list(READ_COLUMNS), isolation_level))
 
     def read_tables(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
                     columns: list[str] | None = None, isolation_level: str = "read_uncommitted",
@@ -480,19 +490,6 @@ class Store:
 def _check_isolation_level(isolation_level: str) -> None:
     if isolation_level not in ISOLATION_LEVELS:
         raise ConfigError(f"isolation_level: {isolation_level!r} is not one of {', '.join(ISOLATION_LEVELS)}")
-
-
-def _records(tables: Iterator[pa.Table]) -> Iterator[Record]:
-    for table in tables:
-        offsets = table.column("offset").to_pylist()
-        timestamps = table.column("timestamp").to_pylist()
-        keys = table.column("key").to_pylist()
-        values = table.column("value").to_pylist()
-        headers = table.column("headers").to_pylist()
-        for i, offset in enumerate(offsets):
-            header = headers[i]
-            yield Record(offset, timestamps[i], keys[i], values[i],
-                         [(h["key"], h["value"]) for h in header] if header else [])
 
 
 def open_store(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:
