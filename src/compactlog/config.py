@@ -481,9 +481,12 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
     """The config of a data directory: ``<data_dir>/server.properties``, or the defaults if it is absent."""
+    from .server_config import SERVER_CONFIG_NAMES  # the Kafka-protocol server's keys are read there
+
     path = Path(data_dir) / "server.properties"
     try:
-        return BrokerConfig.from_properties(parse_properties(path.read_text(encoding="utf-8")))
+        props = parse_properties(path.read_text(encoding="utf-8"))
+        return BrokerConfig.from_properties({k: v for k, v in props.items() if k not in SERVER_CONFIG_NAMES})
     except FileNotFoundError:
         return BrokerConfig()
     except (ConfigError, OSError, UnicodeDecodeError) as exc:  # also a directory, unreadable, not UTF-8

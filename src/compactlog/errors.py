@@ -107,3 +107,12 @@ class InvalidRequestError(CompactLogError, ValueError):
 
 class CorruptTransactionStateError(CompactLogError):
     """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""
+
+
+class CorruptRecordBatchError(CompactLogError):
+    """A produced record batch whose framing or CRC is wrong (Kafka's ``CORRUPT_MESSAGE``)."""
+
+
+class MalformedRequestError(CompactLogError):
+    """A Kafka-protocol request frame that cannot be decoded, or is larger than ``socket.request.max.bytes``:
+    the server closes that connection."""
