@@ -8,7 +8,8 @@ compiled per-version encoders. So one maintained dependency serves the messages,
 tests' client, and no message is written by hand here.
 
 :func:`build` makes a message (or a nested struct) of a version from plain values: nested structs from
-dicts, arrays of structs from lists of dicts; fields left out take the schema's defaults.
+dicts, arrays of structs from lists of dicts; fields left out take the schema's defaults, fields that
+``version`` does not have are dropped.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def build(container: Any, version: int, values: Mapping[str, Any]) -> Any:
     converted = {}
     for name, value in values.items():
         field = fields[name]
+        if not field.for_version_q(version):
+            continue  # a field of other versions: handlers fill every field of the newest they answer
         if value is not None and field.is_struct_array():
             converted[name] = [build(field.data_class, version, item) if isinstance(item, Mapping) else item
                                for item in value]
