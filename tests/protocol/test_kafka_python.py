@@ -37,7 +37,7 @@ def test_kafka_python_admin_producer_and_consumer(data_dir: str, broker: str) ->
     admin = kafka.KafkaAdminClient(bootstrap_servers=broker, request_timeout_ms=TIMEOUT_MS)
     try:
         admin.create_topics([NewTopic("changes", 1, 1, topic_configs=TOPIC_CONFIGS)])
-        with pytest.raises(InvalidConfigurationError, match="cleanup.policy"):
+        with pytest.raises(InvalidConfigurationError, match=r"cleanup\.policy: 'shred' is not allowed"):
             admin.create_topics([NewTopic("bad", 1, 1, topic_configs={"cleanup.policy": "shred"})])
         with pytest.raises(InvalidReplicationFactorError):
             admin.create_topics([NewTopic("replicated", 1, 2)])
