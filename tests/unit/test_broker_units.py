@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 
 pytest.importorskip("kafka")
-from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
-from kafka.record.memory_records import MemoryRecords  # noqa: E402
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
 
-from compactlog import errors  # noqa: E402
-from compactlog.broker import error_codes  # noqa: E402
-from compactlog.broker.records_adapter import fetch_records, produced_batches  # noqa: E402
-from compactlog.record import HEADER_TYPE  # noqa: E402
+from compactlog import errors
+from compactlog.broker import error_codes
+from compactlog.broker.records_adapter import fetch_records, produced_batches
+from compactlog.record import HEADER_TYPE
 
 
 @pytest.mark.parametrize(("error", "code"), [
