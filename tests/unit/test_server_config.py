@@ -49,5 +49,5 @@ def test_server_properties_hold_both_configs_and_the_command_line_wins(tmp_path)
     assert config.advertised_listeners == (Listener("PLAINTEXT", "broker.example", 9092),)
     with compactlog.open(data_dir) as store:  # the data directory's config leaves the server's keys alone
         assert store.broker.log_cleaner_threads == 2
-    with pytest.raises(ConfigError, match="socket.request.max.bytes: 0 is out of range"):
+    with pytest.raises(ConfigError, match=r"socket\.request\.max\.bytes: 0 is out of range"):
         load_server_config(data_dir, {"socket.request.max.bytes": "0"})
