@@ -50,6 +50,7 @@ from ..store import Store
 from . import fetch, metadata, produce, topic_admin
 from .error_codes import NONE, UNSUPPORTED_VERSION
 from .fetch_purgatory import FetchPurgatory
+from .group_commit import GroupCommit
 from .messages import build
 
 __all__ = ["APIS", "Api", "BrokerContext", "KafkaApis"]
@@ -61,8 +62,8 @@ STORAGE_THREADS = 4
 
 
 class BrokerContext:
-    """What handlers share: the store, the configs, the listeners as advertised, the fetch purgatory and
-    the thread pool for blocking store calls."""
+    """What handlers share: the store, the configs, the listeners as advertised, the fetch purgatory, the
+    group commit and the thread pool for blocking store calls."""
 
     def __init__(self, store: Store, config: ServerConfig) -> None:
         self.store = store
@@ -72,6 +73,7 @@ class BrokerContext:
         self.advertised: dict[str, Listener] = {}
         self.purgatory = FetchPurgatory()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="compactlog-storage")
+        self.group_commit = GroupCommit(self.run)
 
     def set_bound(self, bound: tuple[Listener, ...]) -> None:
         """Record the bound listeners; advertised.listeners, where set, replace them by name."""

@@ -3,8 +3,8 @@
 Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
 
 * ``acks`` is 0, 1 or -1 (all); anything else is INVALID_REQUIRED_ACKS. With one replica 1 and -1 mean the
-  same: the response goes out once the records are durable (the store fsyncs each append). ``acks=0`` gets
-  no response at all;
+  same: the response goes out once the records are durable, their fsync shared with the other requests of
+  the moment (:mod:`.group_commit`). ``acks=0`` gets no response at all;
 * a partition's records are decoded and checked (CRC, v2 format) before any is appended: a bad batch is
   CORRUPT_MESSAGE and the partition's batches are all refused;
 * each batch is one append; an idempotent batch (producer id >= 0) carries its producer id, epoch and
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CompactLogError, InvalidRecordError
 from ..limits import INT_MAX
+from ..log import Log
 from ..store import Store
 from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
 from .records_adapter import produced_batches
@@ -44,7 +45,13 @@ async def handle_produce(context: BrokerContext, request: Any, version: int, lis
     acks = request.acks
     work = [(topic.name, p.index, p.records) for topic in request.topic_data for p in topic.partition_data]
     if acks in (0, 1, -1):
-        results = await context.run(_append_all, context.store, work)
+        results, logs = await context.run(_append_all, context.store, work)
+        try:
+            await context.group_commit.durable(logs)
+        except CompactLogError as e:  # the fsync failed: no partition's records are known to be durable
+            for result in results:
+                if result["error_code"] == NONE:
+                    result.update(error_code=error_code(e), base_offset=-1, error_message=str(e))
         context.purgatory.notify((topic, partition) for topic, partition, _ in work)
     else:
         results = [_partition_result(partition, INVALID_REQUIRED_ACKS, -1, NO_TIMESTAMP, -1, None)
@@ -64,13 +71,17 @@ def _partition_result(partition: int, code: int, base_offset: int, append_time: 
             "log_start_offset": log_start, "record_errors": [], "error_message": message}
 
 
-def _append_all(store: Store, work: list[tuple[str, int, bytes | None]]) -> list[dict[str, Any]]:
-    return [_append_partition(store, topic, partition, records) for topic, partition, records in work]
+def _append_all(store: Store, work: list[tuple[str, int, bytes | None]]) -> tuple[list[dict[str, Any]], list[Log]]:
+    """Append every partition's batches, unflushed; returns the partitions' results and the logs appended to."""
+    logs: list[Log] = []
+    return [_append_partition(store, topic, partition, records, logs) for topic, partition, records in work], logs
 
 
-def _append_partition(store: Store, topic: str, partition: int, records: bytes | None) -> dict[str, Any]:
+def _append_partition(store: Store, topic: str, partition: int, records: bytes | None,
+                      logs: list[Log]) -> dict[str, Any]:
     try:
         log = store.log(topic, partition)
+        logs.append(log)
         batches = produced_batches(records or b"")
         if any(header.is_control for header, _ in batches):
             raise InvalidRecordError(f"{topic}-{partition}: a client may not produce control batches")
@@ -79,7 +90,7 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
             result = store.append(topic, partition, table.select(["key", "value", "timestamp", "headers"]),
                                   producer_id=header.producer_id if header.producer_id >= 0 else None,
                                   producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
-                                  transactional=header.is_transactional)
+                                  transactional=header.is_transactional, flush=False)
             if base_offset < 0:
                 base_offset = result.base_offset
         log_append = store.topic_config(topic).message_timestamp_type == "LogAppendTime"
