@@ -130,13 +130,16 @@ def test_a_waiting_fetch_is_answered_when_records_arrive(broker: str, conn: Conn
     assert time.monotonic() - started < TIMEOUT_S / 2  # woken, not timed out
 
 
-def test_a_fetch_sees_appends_of_another_process(data_dir: str, conn: Connection) -> None:
+def test_a_waiting_fetch_sees_an_append_by_another_process(data_dir: str, conn: Connection) -> None:
     assert fetch(conn, "t", 0).high_watermark == 0
-    with compactlog.open(data_dir) as store:
-        store.append("t", 0, pa.table({"key": [b"x"], "value": [b"y"]}))
+    answer: list[Any] = []
+    waiting = threading.Thread(target=lambda: answer.append(fetch(conn, "t", 0, max_wait_ms=TIMEOUT_S * 1000)))
     started = time.monotonic()
-    part = fetch(conn, "t", 0, max_wait_ms=TIMEOUT_S * 1000)
-    assert part.high_watermark == 1 and part.records
+    waiting.start()
+    with compactlog.open(data_dir) as store:  # this test's process, not the broker's: no wake-up is sent
+        store.append("t", 0, pa.table({"key": [b"x"], "value": [b"y"]}))
+    waiting.join(TIMEOUT_S)
+    assert answer and answer[0].high_watermark == 1 and answer[0].records
     assert time.monotonic() - started < TIMEOUT_S / 2  # seen by re-reading the log end, not at the timeout
 
 
