@@ -13,6 +13,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from compactlog import errors
 from compactlog.broker import error_codes
+from compactlog.broker.produce import check_batches
 from compactlog.broker.records_adapter import fetch_records, produced_batches
 from compactlog.record import HEADER_TYPE
 
@@ -75,3 +76,19 @@ def test_fetched_rows_become_batches_with_gaps_and_control_batches() -> None:
                                                                          (6, b"c", b"3", [])]
     ((control,),) = [list(batches[2])]
     assert struct.unpack(">hh", control.key) == (0, 1)  # version 0, COMMIT
+
+
+def _batch(keys: list[bytes | None]) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i, key in enumerate(keys):
+        builder.append(i, 1, key, b"v" * 100, [])
+    return bytes(builder.build())
+
+
+def test_a_partitions_batches_are_all_checked_before_any_is_appended() -> None:
+    batches = produced_batches(_batch([b"a", b"b"]) + _batch([b"c", None]))
+    check_batches(batches, compacted=False, max_message_bytes=1000, where="t-0")
+    with pytest.raises(errors.InvalidRecordError, match="without a key"):  # the second batch's keyless record
+        check_batches(batches, compacted=True, max_message_bytes=1000, where="t-0")
+    with pytest.raises(errors.RecordTooLargeError, match=r"larger than max\.message\.bytes=200"):
+        check_batches(batches, compacted=False, max_message_bytes=200, where="t-0")

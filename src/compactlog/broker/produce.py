@@ -5,8 +5,9 @@ Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
 * ``acks`` is 0, 1 or -1 (all); anything else is INVALID_REQUIRED_ACKS. With one replica 1 and -1 mean the
   same: the response goes out once the records are durable, their fsync shared with the other requests of
   the moment (:mod:`.group_commit`). ``acks=0`` gets no response at all;
-* a partition's records are decoded and checked (CRC, v2 format) before any is appended: a bad batch is
-  CORRUPT_MESSAGE and the partition's batches are all refused;
+* a partition's records are decoded and checked (CRC, v2 format; :func:`check_batches`) before any is
+  appended: a bad batch is CORRUPT_MESSAGE, a batch larger than ``max.message.bytes`` MESSAGE_TOO_LARGE,
+  and the partition's batches are all refused;
 * each batch is one append; an idempotent batch (producer id >= 0) carries its producer id, epoch and
   base sequence to the store, which answers a retried batch with its original offsets (Kafka answers a
   duplicate with NONE and the first offset it stored), a sequence gap with OUT_OF_ORDER_SEQUENCE_NUMBER and
@@ -25,12 +26,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CompactLogError, InvalidRecordError
+import pyarrow as pa
+
+from ..errors import CompactLogError, InvalidRecordError, RecordTooLargeError
 from ..limits import INT_MAX
 from ..log import Log
 from ..store import Store
 from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
-from .records_adapter import produced_batches
+from .records_adapter import BatchHeader, produced_batches
 
 if TYPE_CHECKING:
     from .kafka_apis import BrokerContext
@@ -83,8 +86,9 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
         log = store.log(topic, partition)
         logs.append(log)
         batches = produced_batches(records or b"")
-        if any(header.is_control for header, _ in batches):
-            raise InvalidRecordError(f"{topic}-{partition}: a client may not produce control batches")
+        config = store.topic_config(topic)
+        check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes,
+                      where=f"{topic}-{partition}")
         base_offset = -1
         for header, table in batches:
             result = store.append(topic, partition, table.select(["key", "value", "timestamp", "headers"]),
@@ -93,11 +97,25 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
                                   transactional=header.is_transactional, flush=False)
             if base_offset < 0:
                 base_offset = result.base_offset
-        log_append = store.topic_config(topic).message_timestamp_type == "LogAppendTime"
+        log_append = config.message_timestamp_type == "LogAppendTime"
         return _partition_result(partition, NONE, base_offset, store.clock() if log_append else NO_TIMESTAMP,
                                  log.log_start_offset, None)
     except CompactLogError as e:
         return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
+
+
+def check_batches(batches: list[tuple[BatchHeader, pa.Table]], *, compacted: bool, max_message_bytes: int,
+                  where: str) -> None:
+    """Kafka's checks of a partition's batches before any is appended (``LogValidator``): no control batch
+    from a client, no batch larger than ``max.message.bytes``, no keyless record on a compacted topic."""
+    for header, table in batches:
+        if header.is_control:
+            raise InvalidRecordError(f"{where}: a client may not produce control batches")
+        if header.size_in_bytes > max_message_bytes:
+            raise RecordTooLargeError(f"{where}: a record batch of {header.size_in_bytes} bytes is larger than "
+                                      f"max.message.bytes={max_message_bytes}")
+        if compacted and table.column("key").null_count:
+            raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")
 
 
 async def handle_init_producer_id(context: BrokerContext, request: Any, version: int,
