@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from broker import running_broker
 from compaction import COMPACTED, RECORDS, TOPIC_CONFIGS, clean
 
 import compactlog
@@ -47,3 +48,9 @@ def test_kcat_lists_produces_and_reads_the_compacted_log(data_dir: str, broker: 
 def test_kcat_is_told_an_unknown_topic_does_not_exist(broker: str) -> None:
     listing = kcat(broker, "-L", "-t", "missing")
     assert "Broker: Unknown topic or partition" in listing
+
+
+def test_metadata_tells_clients_the_advertised_listener(data_dir: str) -> None:
+    with running_broker(data_dir, "--advertised-listeners", "PLAINTEXT://kafka.example:19092") as port:
+        listing = kcat(f"127.0.0.1:{port}", "-L")
+    assert "broker 0 at kafka.example:19092" in listing

@@ -160,6 +160,9 @@ def frame(payload: bytes) -> bytes:
 def test_bad_frames_close_only_their_own_connection(broker: str, conn: Connection) -> None:
     rng = random.Random(18)
     valid_header = struct.pack(">hhih", 18, 3, 1, 4) + b"test"
+    stalled = [Connection(broker), Connection(broker)]  # slow clients, open throughout: they block no one
+    stalled[0].sock.sendall(b"\x00\x00")  # half a size prefix
+    stalled[1].sock.sendall(frame(valid_header + b"\x00" * 100)[:20])  # a frame's first bytes
     newer = Connection(broker)  # an ApiVersions newer than ours: answered v0 UNSUPPORTED_VERSION, not closed
     try:
         newer.sock.sendall(frame(struct.pack(">hhih", 18, 99, 5, -1)))
@@ -203,3 +206,5 @@ def test_bad_frames_close_only_their_own_connection(broker: str, conn: Connectio
         victim.close()
     assert api_versions_answered(broker)
     assert fetch(conn, "t", 0).error_code == NONE  # the connection open all along still works
+    for slow in stalled:
+        slow.close()
