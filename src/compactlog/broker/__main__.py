@@ -15,30 +15,7 @@ import threading
 from collections.abc import Sequence
 
 from ..errors import CompactLogError
-from ..network.socket_server import SocketServer
-from ..server_config import load_server_config
-from ..store import open_store
-from .kafka_apis import BrokerContext, KafkaApis
-
-
-class KafkaListener:
-    """The Kafka-protocol listener of a store as a component: :meth:`start` binds and serves,
-    :meth:`shutdown` stops."""
-
-    def __init__(self, data_dir: str, overrides: dict[str, object] | None = None) -> None:
-        self.store = open_store(data_dir)
-        self.context = BrokerContext(self.store, load_server_config(data_dir, overrides))
-        config = self.context.config
-        self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(self.context).handle)
-
-    def start(self) -> None:
-        self.server.start()
-        self.context.set_bound(self.server.bound)
-
-    def shutdown(self) -> None:
-        self.server.shutdown()
-        self.context.close()
-        self.store.close()
+from .listener import KafkaListener
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,7 +42,9 @@ SIZE_BYTES = 4
 class SocketServer:
     """Listeners speaking size-prefixed frames to a :data:`RequestHandler`."""
 
-    def __init__(self, listeners: Sequence[Listener], max_request_bytes: int, handler: RequestHandler) -> None:
+    def __init__(self, listeners: Sequence[Listener], max_request_bytes: int, handler: RequestHandler,
+                 on_bound: Callable[[tuple[Listener, ...]], None] | None = None) -> None:
+        self.on_bound = on_bound  # told the bound listeners before the first connection is accepted
         self.listeners = tuple(listeners)
         self.max_request_bytes = max_request_bytes
         self.handler = handler
@@ -98,12 +100,17 @@ class SocketServer:
         bound = []
         for listener in self.listeners:
             server = await asyncio.start_server(functools.partial(self._accept, listener_name=listener.name),
-                                                listener.host or None, listener.port, reuse_address=True)
+                                                listener.host or None, listener.port, reuse_address=True,
+                                                start_serving=False)
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             bound.append(Listener(listener.name, listener.host, port))
             log.info("listening on %s", bound[-1])
         self.bound = tuple(bound)
+        if self.on_bound is not None:
+            self.on_bound(self.bound)
+        for server in self._servers:
+            await server.start_serving()
 
     async def _close(self) -> None:
         for server in self._servers:
