@@ -54,3 +54,14 @@ def test_metadata_tells_clients_the_advertised_listener(data_dir: str) -> None:
     with running_broker(data_dir, "--advertised-listeners", "PLAINTEXT://kafka.example:19092") as port:
         listing = kcat(f"127.0.0.1:{port}", "-L")
     assert "broker 0 at kafka.example:19092" in listing
+
+
+def test_auto_creation_when_server_properties_enable_it(data_dir: str) -> None:
+    compactlog.open(data_dir).close()
+    with open(f"{data_dir}/server.properties", "w") as f:
+        f.write("auto.create.topics.enable=true\nnum.partitions=2\n")
+    with running_broker(data_dir) as port:
+        kcat(f"127.0.0.1:{port}", "-P", "-t", "fresh", "-K:", stdin="k:v\n")
+    with compactlog.open(data_dir) as store:  # created on the wire, a topic of the store like any other
+        assert store.partitions("fresh") == 2
+        assert sum(store.log_end_offset("fresh", p) for p in range(2)) == 1
