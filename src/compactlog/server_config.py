@@ -2,8 +2,8 @@
 
 They are read, like the data-directory config (:mod:`compactlog.config`), from ``<data-dir>/server.properties``
 under Kafka's names, and may be overridden on the command line. Each is declared once here as a
-:class:`~compactlog.config.ConfigDef`; :func:`compactlog.config.load_broker_config` leaves these keys to this
-module.
+:class:`~compactlog.config.ConfigDef`; :func:`compactlog.config.load_broker_config` leaves these keys
+(``config.SERVER_KEYS``, checked equal to this table at import) to this module.
 
 Listener syntax (Kafka's ``listeners``): a comma-separated list of ``NAME://host:port``, each NAME once,
 host an address or name (empty: every interface; the default is loopback) and port 0 a free port. Every
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ConfigDef, parse_properties
+from .config import SERVER_KEYS, ConfigDef, parse_properties
 from .errors import ConfigError
 from .limits import INT_MAX
 
@@ -45,6 +45,8 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               "partitions.", low=1),
 )
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
+if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
+    raise RuntimeError(f"config.SERVER_KEYS does not match server_config's table: {SERVER_CONFIG_NAMES ^ SERVER_KEYS}")
 _BY_NAME = {d.name: d for d in SERVER_CONFIGS}
 _LISTENER_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
 

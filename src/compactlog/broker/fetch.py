@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,11 +34,9 @@ import pyarrow.compute as pc
 from ..errors import CompactLogError, OffsetOutOfRangeError
 from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
+from .context import BrokerContext
 from .error_codes import NONE, error_code
 from .records_adapter import fetch_records
-
-if TYPE_CHECKING:
-    from .kafka_apis import BrokerContext
 
 __all__ = ["handle_fetch", "handle_list_offsets"]
 

@@ -21,12 +21,10 @@ response, a Produce with ``acks=0``); their blocking store calls run in the cont
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
@@ -45,49 +43,14 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from ..errors import MalformedRequestError
-from ..server_config import Listener, ServerConfig
-from ..store import Store
 from . import fetch, metadata, produce, topic_admin
+from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
-from .fetch_purgatory import FetchPurgatory
-from .group_commit import GroupCommit
 from .messages import build
 
-__all__ = ["APIS", "Api", "BrokerContext", "KafkaApis"]
+__all__ = ["APIS", "Api", "KafkaApis"]
 
 _HEADER = struct.Struct(">hhi")  # api key, api version, correlation id: the start of every request header
-_T = TypeVar("_T")
-# Threads for blocking store calls: appends (fsync) and reads (Parquet) of several connections at once.
-STORAGE_THREADS = 4
-
-
-class BrokerContext:
-    """What handlers share: the store, the configs, the listeners as advertised, the fetch purgatory, the
-    group commit and the thread pool for blocking store calls."""
-
-    def __init__(self, store: Store, config: ServerConfig) -> None:
-        self.store = store
-        self.config = config
-        self.node_id = config.node_id
-        self.cluster_id = store.directory_id or "compactlog"
-        self.advertised: dict[str, Listener] = {}
-        self.purgatory = FetchPurgatory()
-        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="compactlog-storage")
-        self.group_commit = GroupCommit(self.run)
-
-    def set_bound(self, bound: tuple[Listener, ...]) -> None:
-        """Record the bound listeners; advertised.listeners, where set, replace them by name."""
-        advertised = {listener.name: listener for listener in bound}
-        for listener in self.config.advertised_listeners or ():
-            advertised[listener.name] = listener
-        self.advertised = advertised
-
-    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(*args)`` in the storage thread pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True)
 
 
 Handler = Callable[[BrokerContext, Any, int, str], Awaitable[dict[str, Any] | None]]

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from ..network.socket_server import SocketServer
 from ..server_config import load_server_config
 from ..store import open_store
-from .kafka_apis import BrokerContext, KafkaApis
+from .context import BrokerContext
+from .kafka_apis import KafkaApis
 
 __all__ = ["KafkaListener"]
 

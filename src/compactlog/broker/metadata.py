@@ -9,14 +9,12 @@ The broker's address is the advertised listener of the same name as the listener
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import CompactLogError, TopicExistsError
 from ..store import Store, validate_topic_name
+from .context import BrokerContext
 from .error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, error_code
-
-if TYPE_CHECKING:
-    from .kafka_apis import BrokerContext
 
 __all__ = ["handle_metadata"]
 

@@ -24,7 +24,7 @@ the same id with the epoch bumped. Transactional ids are issue 19's: answered IN
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,11 +32,9 @@ from ..errors import CompactLogError, InvalidRecordError, RecordTooLargeError
 from ..limits import INT_MAX
 from ..log import Log
 from ..store import Store
+from .context import BrokerContext
 from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
 from .records_adapter import BatchHeader, produced_batches
-
-if TYPE_CHECKING:
-    from .kafka_apis import BrokerContext
 
 __all__ = ["handle_init_producer_id", "handle_produce"]
 

@@ -17,11 +17,12 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import alter, describe_configs, topic_config
 from ..errors import CompactLogError, ConfigError, InvalidRequestError
 from ..store import Store
+from .context import BrokerContext
 from .error_codes import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
@@ -29,9 +30,6 @@ from .error_codes import (
     NONE,
     error_code,
 )
-
-if TYPE_CHECKING:
-    from .kafka_apis import BrokerContext
 
 __all__ = ["handle_alter_configs", "handle_create_topics", "handle_delete_topics", "handle_describe_configs",
            "handle_incremental_alter_configs"]
