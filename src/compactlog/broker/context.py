@@ -5,20 +5,31 @@ Parquet reads) off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ..log import Log
 from ..server_config import Listener, ServerConfig
 from ..store import Store
 from .fetch_purgatory import FetchPurgatory
 from .group_commit import GroupCommit
 
-__all__ = ["STORAGE_THREADS", "BrokerContext"]
+__all__ = ["STORAGE_THREADS", "BrokerContext", "open_log"]
 
 _T = TypeVar("_T")
 # Threads for blocking store calls: appends (fsync) and reads (Parquet) of several connections at once.
 STORAGE_THREADS = 4
+# The store caches one Log per partition but does not lock its cache: the storage threads open partitions one
+# at a time, so two threads never open the same partition twice (each Log holds a lock file open).
+_OPENING = threading.Lock()
+
+
+def open_log(store: Store, topic: str, partition: int) -> Log:
+    """``store.log(topic, partition)``, safe from several storage threads at once."""
+    with _OPENING:
+        return store.log(topic, partition)
 
 
 class BrokerContext:

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from ..errors import CompactLogError, OffsetOutOfRangeError
 from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
-from .context import BrokerContext
+from .context import BrokerContext, open_log
 from .error_codes import NONE, error_code
 from .records_adapter import fetch_records
 
@@ -102,7 +102,7 @@ def _read_all(store: Store, asked: list[PartitionFetch], committed: bool, max_by
 
 
 def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: int, at_least_one: bool) -> None:
-    log = store.log(read.topic, read.partition)
+    log = open_log(store, read.topic, read.partition)
     with log.locked():  # one consistent view of the offsets
         read.high_watermark = log.log_end_offset
         read.last_stable_offset = log.last_stable_offset
@@ -160,7 +160,7 @@ def _list_offsets(store: Store, asked: list[tuple[str, int, int]], committed: bo
     answers = []
     for topic, partition, timestamp in asked:
         try:
-            log = store.log(topic, partition)
+            log = open_log(store, topic, partition)
             if timestamp == EARLIEST:
                 answers.append((NONE, -1, log.log_start_offset))
             elif timestamp in (LATEST, MAX_TIMESTAMP):

@@ -32,7 +32,7 @@ from ..errors import CompactLogError, InvalidRecordError, RecordTooLargeError
 from ..limits import INT_MAX
 from ..log import Log
 from ..store import Store
-from .context import BrokerContext
+from .context import BrokerContext, open_log
 from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
 from .records_adapter import BatchHeader, produced_batches
 
@@ -81,7 +81,7 @@ def _append_all(store: Store, work: list[tuple[str, int, bytes | None]]) -> tupl
 def _append_partition(store: Store, topic: str, partition: int, records: bytes | None,
                       logs: list[Log]) -> dict[str, Any]:
     try:
-        log = store.log(topic, partition)
+        log = open_log(store, topic, partition)
         logs.append(log)
         batches = produced_batches(records or b"")
         config = store.topic_config(topic)
