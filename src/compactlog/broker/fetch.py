@@ -25,7 +25,7 @@ other timestamp the first offset whose timestamp is at least it, or -1 if there 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -61,7 +61,6 @@ class PartitionFetch:
     log_start_offset: int = -1
     aborted: list[dict[str, int]] | None = None
     records: bytes = b""
-    tables: list[pa.Table] = field(default_factory=list)
 
 
 async def handle_fetch(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:

@@ -15,8 +15,9 @@ Rules, as Kafka's:
   decoded is :class:`~compactlog.errors.MalformedRequestError`: the socket server closes the connection;
 * a handler answers errors as error codes in the response (:mod:`.error_codes`), never as exceptions.
 
-Handlers are ``async (context, request, version) -> dict of response fields | None`` (None: no
-response, a Produce with ``acks=0``); their blocking store calls run in the context's thread pool.
+Handlers are ``async (context, request, version, listener name) -> dict of response fields | None``
+(None: no response, a Produce with ``acks=0``); their blocking store calls run in the context's thread
+pool (:mod:`.context`).
 """
 
 from __future__ import annotations
