@@ -17,9 +17,10 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
 
 import compactlog
-from compactlog.broker.error_codes import NONE, OUT_OF_ORDER_SEQUENCE_NUMBER, UNSUPPORTED_VERSION
+from compactlog.broker.error_codes import NONE, OFFSET_OUT_OF_RANGE, OUT_OF_ORDER_SEQUENCE_NUMBER, UNSUPPORTED_VERSION
 
 pytestmark = pytest.mark.integration
 TIMEOUT_S = 30
@@ -83,11 +84,13 @@ def produce(conn: Connection, topic: str, records: bytes, version: int = 9) -> A
     return conn.call(request, ProduceResponse).responses[0].partition_responses[0]
 
 
-def fetch(conn: Connection, topic: str, offset: int, max_wait_ms: int = 0, version: int = 12) -> Any:
+def fetch(conn: Connection, topic: str, offset: int, max_wait_ms: int = 0, version: int = 12,
+          partition_max_bytes: int = 1 << 20) -> Any:
     request = FetchRequest(version=version, replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
                            isolation_level=0, session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(
                                version=version, topic=topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-                                   version=version, partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])],
+                                   version=version, partition=0, fetch_offset=offset,
+                                   partition_max_bytes=partition_max_bytes)])],
                            forgotten_topics_data=[], rack_id="")
     return conn.call(request, FetchResponse).responses[0].partitions[0]
 
@@ -141,6 +144,20 @@ def test_a_waiting_fetch_sees_an_append_by_another_process(data_dir: str, conn: 
     waiting.join(TIMEOUT_S)
     assert answer and answer[0].high_watermark == 1 and answer[0].records
     assert time.monotonic() - started < TIMEOUT_S / 2  # seen by re-reading the log end, not at the timeout
+
+
+def fetched_offsets(part: Any) -> list[int]:
+    return [record.offset for batch in MemoryRecords(part.records) for record in batch]
+
+
+def test_fetch_byte_limits_and_offsets_out_of_range(conn: Connection) -> None:
+    assert produce(conn, "t", batch([(b"k%d" % i, b"v" * 100) for i in range(100)])).error_code == NONE
+    assert fetched_offsets(fetch(conn, "t", 0)) == list(range(100))
+    some = fetched_offsets(fetch(conn, "t", 10, partition_max_bytes=1000))  # about 125 bytes a record
+    assert some == list(range(10, 10 + len(some))) and 1 < len(some) < 10
+    assert fetched_offsets(fetch(conn, "t", 10, partition_max_bytes=1)) == [10]  # at least one record
+    assert fetched_offsets(fetch(conn, "t", 100)) == []  # at the high watermark: nothing yet
+    assert fetch(conn, "t", 101).error_code == OFFSET_OUT_OF_RANGE
 
 
 def api_versions_answered(broker: str) -> bool:
