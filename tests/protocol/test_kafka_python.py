@@ -53,6 +53,9 @@ def test_kafka_python_admin_producer_and_consumer(data_dir: str, broker: str) ->
     producer.flush(timeout=TIMEOUT_MS / 1000)
     producer.close()
     assert consume_all(broker, "changes") == dict(enumerate(RECORDS))
+    with compactlog.open(data_dir) as store:  # idempotent: a producer id from InitProducerId, sequences from 0
+        rows = store.read_arrow("changes", 0, columns=["producer_id", "sequence"]).to_pylist()
+        assert rows[0]["producer_id"] >= 0 and [r["sequence"] for r in rows] == list(range(len(RECORDS)))
 
     clean(data_dir)
     assert consume_all(broker, "changes") == COMPACTED
