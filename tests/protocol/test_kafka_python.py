@@ -43,6 +43,12 @@ def test_kafka_python_admin_producer_and_consumer(data_dir: str, broker: str) ->
             admin.create_topics([NewTopic("replicated", 1, 2)])
         described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "changes")])
         assert "'cleanup.policy'" in repr(described) and "'compact'" in repr(described)
+        # AlterConfigs (not incremental): kafka-python sends the other overrides along, as described
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "changes",
+                                            configs={"delete.retention.ms": "5000"})], incremental=False)
+        with compactlog.open(data_dir) as store:
+            config = store.topic_config("changes")
+            assert (config.delete_retention_ms, config.min_cleanable_dirty_ratio, config.compact) == (5000, 0.01, True)
     finally:
         admin.close()
 

@@ -92,3 +92,22 @@ def test_a_partitions_batches_are_all_checked_before_any_is_appended() -> None:
         check_batches(batches, compacted=True, max_message_bytes=1000, where="t-0")
     with pytest.raises(errors.RecordTooLargeError, match=r"larger than max\.message\.bytes=200"):
         check_batches(batches, compacted=False, max_message_bytes=200, where="t-0")
+
+
+def test_alter_configs_replaces_the_overrides_and_incremental_changes_them(tmp_path) -> None:
+    import compactlog
+    from compactlog.broker.topic_admin import APPEND, DELETE, SET, TOPIC_RESOURCE, _alter_all
+
+    with compactlog.open(tmp_path / "data") as store:
+        store.create_topic("t", 1, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+        (replaced,) = _alter_all(store, [(TOPIC_RESOURCE, "t", {"delete.retention.ms": (SET, "5000")}, True)], False)
+        config = store.topic_config("t")
+        assert replaced["error_code"] == error_codes.NONE  # left out: back to the defaults (delete, 0.5)
+        assert (config.delete_retention_ms, config.min_cleanable_dirty_ratio, config.cleanup_policy) == (
+            5000, 0.5, ("delete",))
+        _alter_all(store, [(TOPIC_RESOURCE, "t", {"cleanup.policy": (APPEND, "compact"),
+                                                  "delete.retention.ms": (DELETE, None)}, False)], False)
+        config = store.topic_config("t")
+        assert (config.cleanup_policy, config.delete_retention_ms) == (("delete", "compact"), 86_400_000)
+        (bad,) = _alter_all(store, [(TOPIC_RESOURCE, "t", {"cleanup.policy": (SET, "shred")}, False)], False)
+        assert bad["error_code"] == error_codes.INVALID_CONFIG and "cleanup.policy" in bad["error_message"]
