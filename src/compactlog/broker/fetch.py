@@ -1,0 +1,172 @@
+"""Fetch and ListOffsets: the partitions' records read out as v2 record batches.
+
+Fetch rules (Kafka's ``ReplicaManager.fetchMessages`` and ``DelayedFetch`` on one replica):
+
+* the high watermark is the log end offset (one replica); the last stable offset the store's (the first
+  offset of the oldest open transaction); a fetch offset below the log start or above the high watermark
+  is OFFSET_OUT_OF_RANGE, one at the high watermark returns no records;
+* a fetch offset that compaction cleaned away returns the records from the next offset still there; the
+  batches keep the offsets' gaps;
+* ``isolation_level`` 0 reads up to the high watermark, 1 (read_committed) up to the last stable offset,
+  with the aborted transactions that may hold data in the range (producer id, first offset), from which the
+  client drops aborted records; transaction markers go out as control batches either way;
+* byte limits: records are counted at their key, value and header bytes plus :data:`RECORD_OVERHEAD`; a
+  partition returns at most ``partition_max_bytes`` and the whole response at most ``max_bytes``, except
+  that the first partition with records returns at least one record (so a record larger than the limits
+  is never stuck);
+* the response waits up to ``max_wait_ms`` until ``min_bytes`` are there, woken by appends through
+  :class:`~compactlog.broker.fetch_purgatory.FetchPurgatory`; a partition error answers at once.
+
+ListOffsets: timestamp -2 is the log start offset, -1 the high watermark (the last stable offset for
+read_committed), -3 the high watermark too (the record with the largest timestamp is not tracked); any
+other timestamp the first offset whose timestamp is at least it, or -1 if there is none.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import CompactLogError, OffsetOutOfRangeError
+from ..record import CONTROL_EMPTY_BATCH, header_bytes
+from ..store import Store
+from .context import BrokerContext, open_log
+from .error_codes import NONE, error_code
+from .records_adapter import fetch_records
+
+__all__ = ["handle_fetch", "handle_list_offsets"]
+
+READ_COMMITTED = 1
+RECORD_OVERHEAD = 20  # about a v2 record's own framing (length, attributes, deltas, lengths)
+FETCH_COLUMNS = ["offset", "timestamp", "key", "value", "headers", "producer_id", "producer_epoch", "sequence",
+                 "is_transactional", "control_type"]
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+@dataclass
+class PartitionFetch:
+    """One partition's part of a Fetch: what was asked and what was read."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    error: int = NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted: list[dict[str, int]] | None = None
+    records: bytes = b""
+
+
+async def handle_fetch(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
+    committed = request.isolation_level == READ_COMMITTED
+    deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+    partitions = [PartitionFetch(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+                  for t in request.topics for p in t.partitions]
+    while True:
+        read = await context.run(_read_all, context.store, partitions, committed, request.max_bytes)
+        size = sum(len(p.records) for p in read)
+        remaining = deadline - time.monotonic()
+        if size >= request.min_bytes or remaining <= 0 or any(p.error != NONE for p in read):
+            break
+        await context.purgatory.wait([(p.topic, p.partition) for p in partitions], remaining)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in read:
+        by_topic.setdefault(p.topic, []).append({
+            "partition_index": p.partition, "error_code": p.error, "high_watermark": p.high_watermark,
+            "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
+            "aborted_transactions": p.aborted, "preferred_read_replica": -1, "records": p.records})
+    return {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0,
+            "responses": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]}
+
+
+def _read_all(store: Store, asked: list[PartitionFetch], committed: bool, max_bytes: int) -> list[PartitionFetch]:
+    budget = max(0, max_bytes)
+    out: list[PartitionFetch] = []
+    for ask in asked:
+        read = PartitionFetch(ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes)
+        try:
+            first = not any(p.records for p in out)
+            _read_partition(store, read, committed, min(read.max_bytes, budget), at_least_one=first)
+        except CompactLogError as e:
+            read.error, read.records = error_code(e), b""
+        budget -= len(read.records)
+        out.append(read)
+    return out
+
+
+def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: int, at_least_one: bool) -> None:
+    log = open_log(store, read.topic, read.partition)
+    with log.locked():  # one consistent view of the offsets
+        read.high_watermark = log.log_end_offset
+        read.last_stable_offset = log.last_stable_offset
+        read.log_start_offset = log.log_start_offset
+    if not read.log_start_offset <= read.fetch_offset <= read.high_watermark:
+        raise OffsetOutOfRangeError(f"{read.topic}-{read.partition}: fetch offset {read.fetch_offset} is outside "
+                                    f"[{read.log_start_offset}, {read.high_watermark}]")
+    end = read.last_stable_offset if committed else read.high_watermark
+    if committed:
+        read.aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
+                        for a in log.aborted_transactions(read.fetch_offset, end)]
+    if read.fetch_offset >= end or (limit <= 0 and not at_least_one):
+        return
+    taken: list[pa.Table] = []
+    used = 0
+    for table in log.read_tables(read.fetch_offset, end, columns=FETCH_COLUMNS, include_control=True):
+        kept = table.filter(pc.not_equal(table.column("control_type"), CONTROL_EMPTY_BATCH))
+        if kept.num_rows == 0:
+            continue
+        sizes = _record_sizes(kept)
+        cumulative = pc.cumulative_sum(sizes).to_numpy() + used
+        fits = int((cumulative <= limit).sum())
+        if fits == 0 and at_least_one and not taken:
+            fits = 1
+        taken.append(kept.slice(0, fits))
+        used = int(cumulative[fits - 1]) if fits else used
+        if fits < kept.num_rows:
+            break
+    if taken:
+        read.records = fetch_records(pa.concat_tables(taken))
+
+
+def _record_sizes(table: pa.Table) -> pa.Array:
+    sizes = pc.add(pc.fill_null(pc.binary_length(table.column("key")), 0),
+                   pc.fill_null(pc.binary_length(table.column("value")), 0))
+    headers = table.column("headers")
+    if headers.null_count < len(headers):
+        sizes = pc.add(sizes, pc.fill_null(header_bytes(headers), 0))
+    return pc.add(sizes, RECORD_OVERHEAD)
+
+
+async def handle_list_offsets(context: BrokerContext, request: Any, version: int,
+                              listener: str) -> dict[str, Any]:
+    committed = version >= 2 and request.isolation_level == READ_COMMITTED
+    asked = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
+    answers = await context.run(_list_offsets, context.store, asked, committed)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition, _), (code, timestamp, offset) in zip(asked, answers, strict=True):
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code,
+                                               "timestamp": timestamp, "offset": offset, "leader_epoch": 0})
+    return {"throttle_time_ms": 0, "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+
+
+def _list_offsets(store: Store, asked: list[tuple[str, int, int]], committed: bool) -> list[tuple[int, int, int]]:
+    answers = []
+    for topic, partition, timestamp in asked:
+        try:
+            log = open_log(store, topic, partition)
+            if timestamp == EARLIEST:
+                answers.append((NONE, -1, log.log_start_offset))
+            elif timestamp in (LATEST, MAX_TIMESTAMP):
+                answers.append((NONE, -1, log.last_stable_offset if committed else log.log_end_offset))
+            else:
+                offset = log.offset_for_time(timestamp)
+                answers.append((NONE, -1 if offset is None else timestamp, -1 if offset is None else offset))
+        except CompactLogError as e:
+            answers.append((error_code(e), -1, -1))
+    return answers

@@ -1,0 +1,134 @@
+"""Request dispatch (Kafka's ``KafkaApis``): a request frame's API key and version -> one handler -> the
+response frame.
+
+A request frame is a request header (api key int16, api version int16, correlation id int32, client id;
+tagged fields in flexible versions) and the request body; the response frame is the size, a response
+header (the correlation id; tagged fields in flexible versions, except ApiVersions' which is never
+flexible) and the body. Messages come from kafka-python's generated classes (:mod:`.messages`).
+
+Rules, as Kafka's:
+
+* only the APIs and versions of :data:`APIS` are advertised by ApiVersions and answered;
+* an ApiVersions request of a version above ours gets a v0 response with ``UNSUPPORTED_VERSION`` and our
+  list, so the client can pick a version we speak (librdkafka sends v3 or v4 first);
+* any other unknown API key or version, a frame too short for a header, or a body that cannot be
+  decoded is :class:`~compactlog.errors.MalformedRequestError`: the socket server closes the connection;
+* a handler answers errors as error codes in the response (:mod:`.error_codes`), never as exceptions.
+
+Handlers are ``async (context, request, version, listener name) -> dict of response fields | None``
+(None: no response, a Produce with ``acks=0``); their blocking store calls run in the context's thread
+pool (:mod:`.context`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from ..errors import MalformedRequestError
+from . import fetch, metadata, produce, topic_admin
+from .context import BrokerContext
+from .error_codes import NONE, UNSUPPORTED_VERSION
+from .messages import build
+
+__all__ = ["APIS", "Api", "KafkaApis"]
+
+_HEADER = struct.Struct(">hhi")  # api key, api version, correlation id: the start of every request header
+
+
+Handler = Callable[[BrokerContext, Any, int, str], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class Api:
+    """One API: its key, message classes, the versions we answer, its handler."""
+
+    key: int
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+async def _api_versions(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
+    return {"error_code": NONE, "api_keys": _api_keys(), "throttle_time_ms": 0}
+
+
+def _api_keys() -> list[dict[str, int]]:
+    return [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
+            for api in APIS.values()]
+
+
+# The versions are those every listed field is handled at. Caps below kafka-python's maxima: Metadata 9 and
+# Fetch 12 and Produce 9 and DeleteTopics 5 (later versions name topics by topic id), ListOffsets 7,
+# CreateTopics 6, InitProducerId 4 (later ones are for transactions, issue 19).
+APIS: dict[int, Api] = {api.key: api for api in (
+    Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
+    Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
+    Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 7, fetch.handle_list_offsets),
+    Api(3, MetadataRequest, MetadataResponse, 0, 9, metadata.handle_metadata),
+    Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
+    Api(19, CreateTopicsRequest, CreateTopicsResponse, 2, 6, topic_admin.handle_create_topics),
+    Api(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 5, topic_admin.handle_delete_topics),
+    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, produce.handle_init_producer_id),
+    Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, topic_admin.handle_describe_configs),
+    Api(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, topic_admin.handle_alter_configs),
+    Api(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,
+        topic_admin.handle_incremental_alter_configs),
+)}
+API_VERSIONS_KEY = 18
+
+
+class KafkaApis:
+    """The request handler of the socket server (:data:`compactlog.network.socket_server.RequestHandler`)."""
+
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
+
+    async def handle(self, frame: bytes, listener: str) -> bytes | None:
+        if len(frame) < _HEADER.size + 2:  # + the client id's length
+            raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than a request header")
+        api_key, version, correlation_id = _HEADER.unpack_from(frame)
+        api = APIS.get(api_key)
+        if api is None:
+            raise MalformedRequestError(f"unknown or unsupported API key {api_key}")
+        if api_key == API_VERSIONS_KEY and version > api.max_version:
+            return _encode(ApiVersionsResponse, 0, correlation_id,
+                           {"error_code": UNSUPPORTED_VERSION, "api_keys": _api_keys()})
+        if not api.min_version <= version <= api.max_version:
+            raise MalformedRequestError(f"{api.request.name} v{version} is not supported; allowed: "
+                                        f"v{api.min_version}..v{api.max_version}")
+        try:
+            request = api.request.decode(frame, version=version, header=True)
+        except Exception as e:  # the decoder raises whatever a bad byte leads it to (struct.error, ...)
+            raise MalformedRequestError(f"{api.request.name} v{version} cannot be decoded: "
+                                        f"{type(e).__name__}: {e}") from e
+        fields = await api.handler(self.context, request, version, listener)
+        if fields is None:
+            return None
+        return _encode(api.response, version, correlation_id, fields)
+
+
+def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytes:
+    message = build(response, version, fields)
+    message.with_header(correlation_id=correlation_id)
+    return bytes(message.encode(header=True, framed=True))

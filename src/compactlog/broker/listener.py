@@ -1,0 +1,34 @@
+"""The Kafka-protocol listener of a data directory as a component of ``compactlog serve``: the store, the
+request dispatch and the socket server, started and stopped together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..network.socket_server import SocketServer
+from ..server_config import load_server_config
+from ..store import open_store
+from .context import BrokerContext
+from .kafka_apis import KafkaApis
+
+__all__ = ["KafkaListener"]
+
+
+class KafkaListener:
+    """The Kafka-protocol listener of a store as a component: :meth:`start` binds and serves,
+    :meth:`shutdown` stops."""
+
+    def __init__(self, data_dir: str, overrides: Mapping[str, object] | None = None) -> None:
+        self.store = open_store(data_dir)
+        self.context = BrokerContext(self.store, load_server_config(data_dir, overrides))
+        config = self.context.config
+        self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(self.context).handle,
+                                   on_bound=self.context.set_bound)
+
+    def start(self) -> None:
+        self.server.start()
+
+    def shutdown(self) -> None:
+        self.server.shutdown()
+        self.context.close()
+        self.store.close()

@@ -1,0 +1,131 @@
+"""Produce and InitProducerId: record batches from the wire appended to the partitions' logs.
+
+Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
+
+* ``acks`` is 0, 1 or -1 (all); anything else is INVALID_REQUIRED_ACKS. With one replica 1 and -1 mean the
+  same: the response goes out once the records are durable, their fsync shared with the other requests of
+  the moment (:mod:`.group_commit`). ``acks=0`` gets no response at all;
+* a partition's records are decoded and checked (CRC, v2 format; :func:`check_batches`) before any is
+  appended: a bad batch is CORRUPT_MESSAGE, a batch larger than ``max.message.bytes`` MESSAGE_TOO_LARGE,
+  and the partition's batches are all refused;
+* each batch is one append; an idempotent batch (producer id >= 0) carries its producer id, epoch and
+  base sequence to the store, which answers a retried batch with its original offsets (Kafka answers a
+  duplicate with NONE and the first offset it stored), a sequence gap with OUT_OF_ORDER_SEQUENCE_NUMBER and
+  an older epoch with INVALID_PRODUCER_EPOCH;
+* a keyless record on a compacted topic is INVALID_RECORD (the store checks it); a control batch from a
+  client is INVALID_RECORD (only the broker writes markers);
+* the base offset answered is the first batch's first offset, ``log_append_time_ms`` the append time for
+  LogAppendTime topics and -1 otherwise.
+
+InitProducerId without a transactional id hands out a new producer id (epoch 0) from the store's
+producer-id allocation; a request that names its current producer id and epoch (v3+, after an error) gets
+the same id with the epoch bumped. Transactional ids are issue 19's: answered INVALID_REQUEST for now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import CompactLogError, InvalidRecordError, RecordTooLargeError
+from ..limits import INT_MAX
+from ..log import Log
+from ..store import Store
+from .context import BrokerContext, open_log
+from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
+from .records_adapter import BatchHeader, produced_batches
+
+__all__ = ["handle_init_producer_id", "handle_produce"]
+
+NO_TIMESTAMP = -1
+MAX_EPOCH = 32767
+
+
+async def handle_produce(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any] | None:
+    acks = request.acks
+    work = [(topic.name, p.index, p.records) for topic in request.topic_data for p in topic.partition_data]
+    if acks in (0, 1, -1):
+        results, logs = await context.run(_append_all, context.store, work)
+        try:
+            await context.group_commit.durable(logs)
+        except CompactLogError as e:  # the fsync failed: no partition's records are known to be durable
+            for result in results:
+                if result["error_code"] == NONE:
+                    result.update(error_code=error_code(e), base_offset=-1, error_message=str(e))
+        context.purgatory.notify((topic, partition) for topic, partition, _ in work)
+    else:
+        results = [_partition_result(partition, INVALID_REQUIRED_ACKS, -1, NO_TIMESTAMP, -1, None)
+                   for _, partition, _ in work]
+    if acks == 0:
+        return None
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, _, _), result in zip(work, results, strict=True):
+        by_topic.setdefault(topic, []).append(result)
+    return {"responses": [{"name": name, "partition_responses": partitions} for name, partitions in by_topic.items()],
+            "throttle_time_ms": 0}
+
+
+def _partition_result(partition: int, code: int, base_offset: int, append_time: int, log_start: int,
+                      message: str | None) -> dict[str, Any]:
+    return {"index": partition, "error_code": code, "base_offset": base_offset, "log_append_time_ms": append_time,
+            "log_start_offset": log_start, "record_errors": [], "error_message": message}
+
+
+def _append_all(store: Store, work: list[tuple[str, int, bytes | None]]) -> tuple[list[dict[str, Any]], list[Log]]:
+    """Append every partition's batches, unflushed; returns the partitions' results and the logs appended to."""
+    logs: list[Log] = []
+    return [_append_partition(store, topic, partition, records, logs) for topic, partition, records in work], logs
+
+
+def _append_partition(store: Store, topic: str, partition: int, records: bytes | None,
+                      logs: list[Log]) -> dict[str, Any]:
+    try:
+        log = open_log(store, topic, partition)
+        logs.append(log)
+        batches = produced_batches(records or b"")
+        config = store.topic_config(topic)
+        check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes,
+                      where=f"{topic}-{partition}")
+        base_offset = -1
+        for header, table in batches:
+            result = store.append(topic, partition, table.select(["key", "value", "timestamp", "headers"]),
+                                  producer_id=header.producer_id if header.producer_id >= 0 else None,
+                                  producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
+                                  transactional=header.is_transactional, flush=False)
+            if base_offset < 0:
+                base_offset = result.base_offset
+        log_append = config.message_timestamp_type == "LogAppendTime"
+        return _partition_result(partition, NONE, base_offset, store.clock() if log_append else NO_TIMESTAMP,
+                                 log.log_start_offset, None)
+    except CompactLogError as e:
+        return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
+
+
+def check_batches(batches: list[tuple[BatchHeader, pa.Table]], *, compacted: bool, max_message_bytes: int,
+                  where: str) -> None:
+    """Kafka's checks of a partition's batches before any is appended (``LogValidator``): no control batch
+    from a client, no batch larger than ``max.message.bytes``, no keyless record on a compacted topic."""
+    for header, table in batches:
+        if header.is_control:
+            raise InvalidRecordError(f"{where}: a client may not produce control batches")
+        if header.size_in_bytes > max_message_bytes:
+            raise RecordTooLargeError(f"{where}: a record batch of {header.size_in_bytes} bytes is larger than "
+                                      f"max.message.bytes={max_message_bytes}")
+        if compacted and table.column("key").null_count:
+            raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")
+
+
+async def handle_init_producer_id(context: BrokerContext, request: Any, version: int,
+                                  listener: str) -> dict[str, Any]:
+    if request.transactional_id is not None:
+        return {"throttle_time_ms": 0, "error_code": INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+    producer_id, epoch = request.producer_id, request.producer_epoch
+    if version >= 3 and producer_id >= 0 and 0 <= epoch < MAX_EPOCH:
+        return {"throttle_time_ms": 0, "error_code": NONE, "producer_id": producer_id, "producer_epoch": epoch + 1}
+    try:
+        producer_id, epoch = await context.run(context.store.transactions.init_producer, None,
+                                               min(request.transaction_timeout_ms, INT_MAX))
+    except CompactLogError as e:
+        return {"throttle_time_ms": 0, "error_code": error_code(e), "producer_id": -1, "producer_epoch": -1}
+    return {"throttle_time_ms": 0, "error_code": NONE, "producer_id": producer_id, "producer_epoch": epoch}

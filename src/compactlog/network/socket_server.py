@@ -1,0 +1,174 @@
+"""The socket server: listens on the configured listeners and frames bytes (Kafka's ``SocketServer``).
+
+A request and a response are each a frame: a big-endian int32 size, then that many bytes. The server reads
+one frame from a connection, hands it to the request handler with the name of the listener it arrived on,
+writes the handler's response frame (None: no response, as for ``acks=0``), then reads the next: so the
+responses of one connection go out in the order of its requests, as Kafka's muted channels have it.
+
+A frame larger than ``socket.request.max.bytes`` (or of negative size), one cut short by a closed
+connection, or one the handler refuses as malformed (:class:`~compactlog.errors.MalformedRequestError`)
+closes that connection with one log line; the other connections are not affected.
+
+Why asyncio: every connection is a coroutine on one event loop, so a thousand idle or slow clients cost a
+thousand small objects, not threads, and a long-polling Fetch is a timer. Handlers run their blocking store
+calls (fsyncs, Parquet reads) in a thread pool (see :mod:`compactlog.broker.kafka_apis`), so the loop keeps
+serving the other connections meanwhile; a client that does not read its responses blocks only its own
+coroutine (``drain``).
+
+The server is a component: :meth:`SocketServer.start` binds every listener and returns once they listen,
+in a thread of its own that runs the event loop; :meth:`SocketServer.shutdown` closes them and stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+
+from ..errors import MalformedRequestError
+from ..server_config import Listener
+
+__all__ = ["RequestHandler", "SocketServer"]
+
+log = logging.getLogger("compactlog.network")
+
+# (frame without its size prefix, listener name) -> a response frame with its size prefix, or None.
+RequestHandler = Callable[[bytes, str], Awaitable[bytes | None]]
+SIZE_BYTES = 4
+
+
+class SocketServer:
+    """Listeners speaking size-prefixed frames to a :data:`RequestHandler`."""
+
+    def __init__(self, listeners: Sequence[Listener], max_request_bytes: int, handler: RequestHandler,
+                 on_bound: Callable[[tuple[Listener, ...]], None] | None = None) -> None:
+        self.on_bound = on_bound  # told the bound listeners before the first connection is accepted
+        self.listeners = tuple(listeners)
+        self.max_request_bytes = max_request_bytes
+        self.handler = handler
+        self.bound: tuple[Listener, ...] = ()  # the listeners as bound (port 0 replaced), once started
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # -- the component's life -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind every listener and serve in a thread of its own; returns once all listen. A listener that
+        cannot be bound (the port is taken) raises OSError and nothing stays bound."""
+        self._thread = threading.Thread(target=self._run, name="compactlog-socket-server", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+
+    def shutdown(self) -> None:
+        """Stop listening, close every connection, stop the event loop and its thread."""
+        loop, thread = self.loop, self._thread
+        if loop is None or thread is None:
+            return
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._close(), loop).result()
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        self.loop = None
+
+    def _run(self) -> None:
+        self.loop = loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._bind())
+        except BaseException as e:  # handed to start(), which raises it in the caller's thread
+            self._start_error = e
+            loop.run_until_complete(self._close())
+            loop.close()
+            self._started.set()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def _bind(self) -> None:
+        bound = []
+        for listener in self.listeners:
+            server = await asyncio.start_server(functools.partial(self._accept, listener_name=listener.name),
+                                                listener.host or None, listener.port, reuse_address=True,
+                                                start_serving=False)
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            bound.append(Listener(listener.name, listener.host, port))
+            log.info("listening on %s", bound[-1])
+        self.bound = tuple(bound)
+        if self.on_bound is not None:
+            self.on_bound(self.bound)
+        for server in self._servers:
+            await server.start_serving()
+
+    async def _close(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+
+    # -- connections ----------------------------------------------------------------------------------------
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer, listener_name))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                frame = await self._read_frame(reader, peer)
+                if frame is None:
+                    return
+                try:
+                    response = await self.handler(frame, listener_name)
+                except MalformedRequestError as e:
+                    log.warning("closing connection from %s: %s", peer, e)
+                    return
+                if response is not None:
+                    writer.write(response)
+                    await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return  # the client went away; nothing to answer
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a handler's bug: this connection ends, the server goes on
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            writer.close()
+
+    async def _read_frame(self, reader: asyncio.StreamReader, peer: object) -> bytes | None:
+        """The next frame's bytes; None (after a log line if the frame was bad) when the connection ends."""
+        try:
+            prefix = await reader.readexactly(SIZE_BYTES)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                log.warning("closing connection from %s: a size prefix cut short (%d bytes)", peer, len(e.partial))
+            return None
+        size = int.from_bytes(prefix, "big", signed=True)
+        if not 0 <= size <= self.max_request_bytes:
+            log.warning("closing connection from %s: a frame of %d bytes; allowed: 0..%d "
+                        "(socket.request.max.bytes)", peer, size, self.max_request_bytes)
+            return None
+        try:
+            return await reader.readexactly(size)
+        except asyncio.IncompleteReadError as e:
+            log.warning("closing connection from %s: a frame of %d bytes cut short at %d", peer, size, len(e.partial))
+            return None

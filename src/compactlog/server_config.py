@@ -1,0 +1,124 @@
+"""The Kafka-protocol server's configs: listeners, advertised listeners, request size, node id.
+
+They are read, like the data-directory config (:mod:`compactlog.config`), from ``<data-dir>/server.properties``
+under Kafka's names, and may be overridden on the command line. Each is declared once here as a
+:class:`~compactlog.config.ConfigDef`; :func:`compactlog.config.load_broker_config` leaves these keys
+(``config.SERVER_KEYS``, checked equal to this table at import) to this module.
+
+Listener syntax (Kafka's ``listeners``): a comma-separated list of ``NAME://host:port``, each NAME once,
+host an address or name (empty: every interface; the default is loopback) and port 0 a free port. Every
+listener speaks PLAINTEXT (there is no ``listener.security.protocol.map``: no TLS or SASL yet).
+``advertised.listeners`` has the same syntax and is what Metadata tells clients to connect to: the
+advertised listener of the same NAME as the listener a request arrived on; unset, the bound listeners.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import SERVER_KEYS, ConfigDef, parse_properties
+from .errors import ConfigError
+from .limits import INT_MAX
+
+__all__ = ["SERVER_CONFIGS", "SERVER_CONFIG_NAMES", "Listener", "ServerConfig", "load_server_config",
+           "parse_listeners"]
+
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+
+SERVER_CONFIGS: tuple[ConfigDef, ...] = (
+    ConfigDef("listeners", "string", DEFAULT_LISTENERS, "Addresses the server listens on, as "
+              "NAME://host:port[,...] (port 0: any free port); loopback by default."),
+    ConfigDef("advertised.listeners", "string", None, "Addresses clients are told to connect to "
+              "(Metadata); unset means the listeners as bound.", nullable=True),
+    ConfigDef("auto.create.topics.enable", "boolean", False, "Create a topic that a Metadata request names "
+              "and that does not exist (Kafka's default is true; ours is false)."),
+    ConfigDef("socket.request.max.bytes", "int", 104_857_600, "The largest request frame accepted; a larger "
+              "one closes its connection.", low=1, high=INT_MAX),
+    ConfigDef("node.id", "int", 0, "This server's id in Metadata (the leader of every partition).", low=0),
+    ConfigDef("broker.id", "int", None, "Kafka's older name of node.id; node.id wins when both are set.",
+              low=0, nullable=True),
+    ConfigDef("num.partitions", "int", 1, "Partitions of a topic created automatically or with -1 "
+              "partitions.", low=1),
+)
+SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
+if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
+    raise RuntimeError(f"config.SERVER_KEYS does not match server_config's table: {SERVER_CONFIG_NAMES ^ SERVER_KEYS}")
+_BY_NAME = {d.name: d for d in SERVER_CONFIGS}
+_LISTENER_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One ``NAME://host:port`` entry."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+def parse_listeners(text: str, key: str = "listeners") -> tuple[Listener, ...]:
+    """Kafka's listener list as :class:`Listener` values; a malformed entry, a port out of range or a
+    listener name used twice is a ConfigError naming ``key``."""
+    listeners: list[Listener] = []
+    for raw in (part.strip() for part in text.split(",")):
+        match = _LISTENER_RE.fullmatch(raw)
+        if match is None:
+            raise ConfigError(f"{key}: {raw!r} is not NAME://host:port; allowed: e.g. {DEFAULT_LISTENERS}")
+        name, host, port = match.group(1).upper(), match.group(2).strip("[]"), int(match.group(3))
+        if port > 65535:
+            raise ConfigError(f"{key}: port {port} is out of range; allowed: 0..65535")
+        if any(existing.name == name for existing in listeners):
+            raise ConfigError(f"{key}: listener name {name} is used twice; allowed: each name once")
+        listeners.append(Listener(name, host, port))
+    return tuple(listeners)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The server configs, parsed; ``listeners`` and ``advertised_listeners`` as :class:`Listener` values."""
+
+    listeners: tuple[Listener, ...]
+    advertised_listeners: tuple[Listener, ...] | None
+    auto_create_topics_enable: bool
+    socket_request_max_bytes: int
+    node_id: int
+    num_partitions: int
+
+
+def server_config(values: Mapping[str, object]) -> ServerConfig:
+    """A :class:`ServerConfig` from Kafka-named values (strings or native); missing keys take defaults,
+    unknown keys are left to the data-directory config."""
+    parsed = {d.name: d.parse(values[d.name]) if d.name in values else d.default for d in SERVER_CONFIGS}
+    advertised = parsed["advertised.listeners"]
+    node_id = parsed["node.id"] if "node.id" in values or parsed["broker.id"] is None else parsed["broker.id"]
+    return ServerConfig(
+        listeners=parse_listeners(parsed["listeners"]),
+        advertised_listeners=None if advertised is None else parse_listeners(advertised, "advertised.listeners"),
+        auto_create_topics_enable=parsed["auto.create.topics.enable"],
+        socket_request_max_bytes=parsed["socket.request.max.bytes"],
+        node_id=node_id,
+        num_partitions=parsed["num.partitions"],
+    )
+
+
+def load_server_config(data_dir: str | os.PathLike[str], overrides: Mapping[str, object] | None = None,
+                       ) -> ServerConfig:
+    """The server configs of ``<data_dir>/server.properties`` (if present) with ``overrides`` (the command
+    line's) applied on top."""
+    path = Path(data_dir) / "server.properties"
+    try:
+        props: dict[str, object] = dict(parse_properties(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        props = {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    props.update(overrides or {})
+    return server_config({k: v for k, v in props.items() if k in _BY_NAME})

@@ -1,0 +1,72 @@
+"""The one way tests start the Kafka-protocol broker: a child process serving a data directory on a free
+loopback port, stopped by its pid.
+
+``python -m compactlog.broker`` today; ``compactlog serve --listeners`` once that command lands (only
+:data:`BROKER_COMMAND` changes)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+BROKER_COMMAND = [sys.executable, "-m", "compactlog.broker"]
+START_TIMEOUT_S = 60
+_logs: dict[int, Any] = {}  # pid -> the file its stderr goes to
+
+
+def start_broker(data_dir: str, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """Start a broker on ``data_dir`` listening on 127.0.0.1 (a free port); returns the process and the port
+    once it listens. Stop it with :func:`stop_broker`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by stop_broker) not a pipe: it never fills
+    proc = subprocess.Popen([*BROKER_COMMAND, "--data-dir", data_dir, "--listeners", "PLAINTEXT://127.0.0.1:0",
+                             *args], stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+    _logs[proc.pid] = log
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""  # blocks until it listens or exits
+        if not line.startswith("listening on "):
+            proc.wait(timeout=START_TIMEOUT_S)
+            raise RuntimeError(f"the broker did not start: {line!r} {_read_log(proc)}")
+        return proc, int(line.rsplit(":", 1)[1])
+    except BaseException:
+        stop_broker(proc)
+        raise
+
+
+def stop_broker(proc: subprocess.Popen[str]) -> str:
+    """Stop the broker by its pid (SIGTERM, then SIGKILL after 10 s); returns what it logged on stderr."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+    return _read_log(proc)
+
+
+def _read_log(proc: subprocess.Popen[str]) -> str:
+    log = _logs.pop(proc.pid, None)
+    if log is None:
+        return ""
+    log.seek(0)
+    text = log.read()
+    log.close()
+    return text
+
+
+@contextlib.contextmanager
+def running_broker(data_dir: str, *args: str) -> Iterator[int]:
+    """A broker for the duration of a ``with`` block; yields its port."""
+    proc, port = start_broker(data_dir, *args)
+    try:
+        yield port
+    finally:
+        print(stop_broker(proc), file=sys.stderr)  # the broker's log, shown with a failing test
