@@ -107,3 +107,13 @@ class InvalidRequestError(CompactLogError, ValueError):
 
 class CorruptTransactionStateError(CompactLogError):
     """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""
+
+
+class CorruptRecordError(CompactLogError):
+    """Record-batch bytes that break Kafka's v2 format: a CRC-32C mismatch, a length or record count that
+    disagrees with the bytes, a malformed varint, a magic other than 2 (Kafka's CorruptRecordException)."""
+
+
+class UnsupportedCompressionTypeError(CompactLogError):
+    """A record batch whose compression code is none of Kafka's (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+    (Kafka's UnsupportedCompressionTypeException)."""
