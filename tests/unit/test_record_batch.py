@@ -409,3 +409,10 @@ def test_rows_round_trip_through_our_codec_and_kafka_python(specs: list[dict], c
                        for r in specs_out]
     assert [b.base_sequence for b in batches] == [
         specs_out[[r["offset"] for r in specs_out].index(b.base_offset)]["sequence"] for b in batches]
+
+
+@given(data=st.binary(max_size=100))
+def test_the_extension_crc32c_is_the_crc32c_package_s(data: bytes) -> None:
+    from compactlog.protocol._record_batch import crc32c as extension_crc32c
+
+    assert extension_crc32c(data) == crc32c.crc32c(data)

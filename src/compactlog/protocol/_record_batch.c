@@ -438,6 +438,64 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- CRC-32C */
+
+/* CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as Kafka's Crc32C: with the SSE 4.2 instruction
+ * where the CPU has it, else a table a byte at a time. */
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (~(c & 1) + 1));
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32c_table(const uint8_t *p, size_t n) {
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n--)
+        crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(const uint8_t *p, size_t n) {
+    uint64_t crc = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        crc = _mm_crc32_u64(crc, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c = (uint32_t)crc;
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
+    return ~c;
+}
+static int have_sse42;
+#define CRC_SETUP() (have_sse42 = __builtin_cpu_supports("sse4.2"))
+static uint32_t crc32c(const uint8_t *p, size_t n) { return have_sse42 ? crc32c_sse42(p, n) : crc32c_table(p, n); }
+#else
+#define CRC_SETUP() 0
+static uint32_t crc32c(const uint8_t *p, size_t n) { return crc32c_table(p, n); }
+#endif
+
+static PyObject *crc32c_py(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc32c(view.buf, (size_t)view.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 /* ---------------------------------------------------------------- encode */
 
 /* A binary column: validity bitmap (NULL: no nulls) read from bit valid_offset, offsets already positioned at
@@ -468,28 +526,30 @@ typedef struct {
     Binary key, value;          /* header entries, positioned at entry 0 */
 } Headers;
 
-static inline int64_t record_body_size(int64_t timestamp_delta, int32_t offset_delta, int32_t key_length,
-                                       int32_t value_length, const Headers *h, int64_t i, int32_t *header_count) {
-    int64_t size = 1 + varlong_size(timestamp_delta) + varint_size(offset_delta);
-    size += varint_size(key_length) + (key_length > 0 ? key_length : 0);
-    size += varint_size(value_length) + (value_length > 0 ? value_length : 0);
-    int32_t count = 0;
-    if (h->present && is_valid(h->list_valid, h->list_valid_offset, i)) {
-        int32_t first = h->list_offsets[i], last = h->list_offsets[i + 1];
-        count = last - first;
-        for (int32_t e = first; e < last; e++) {
-            int32_t k = binary_length(&h->key, e), v = binary_length(&h->value, e);
-            size += varint_size(k) + k + varint_size(v) + (v > 0 ? v : 0);
-        }
-    }
-    *header_count = count;
-    return size + varint_size(count);
+/* The rows' columns, as encode_records and encode_batches take them. */
+typedef struct {
+    const int64_t *offsets, *timestamps;
+    int64_t rows;
+    Binary key, value;
+    Headers headers;
+    Py_buffer views[16]; /* offsets 0, timestamps 1, key 2-4, value 5-7, header lists 8-9, keys 10-12,
+                            values 13-15 */
+} Columns;
+
+static void release_columns(Columns *c) {
+    for (int i = 0; i < 16; i++)
+        if (c->views[i].obj)
+            PyBuffer_Release(&c->views[i]);
 }
 
 static int binary_arg(PyObject *tuple, Py_buffer views[3], Binary *c) {
     /* (validity buffer or None, validity bit offset, offsets buffer, data buffer) */
     PyObject *valid, *offsets, *data;
     long long valid_offset;
+    if (!PyTuple_Check(tuple)) {
+        PyErr_SetString(PyExc_TypeError, "a binary column is a tuple (validity, bit offset, offsets, data)");
+        return 0;
+    }
     if (!PyArg_ParseTuple(tuple, "OLOO", &valid, &valid_offset, &offsets, &data))
         return 0;
     if (valid != Py_None) {
@@ -505,155 +565,302 @@ static int binary_arg(PyObject *tuple, Py_buffer views[3], Binary *c) {
     return 1;
 }
 
-/* encode_records(firsts, lasts, base_offsets, base_timestamps, offsets, timestamps, key, value, headers, room)
- *   -> list of bytearrays, one a batch: `room` bytes left for the batch header, then the batch's records.
- * Batch b holds rows [firsts[b], lasts[b]) (an empty batch: none); firsts and lasts int64, base_offsets and base_timestamps int64 (one a batch), offsets
- * and timestamps int64 (one a row), key and value: (validity or None, bit offset, offsets, data), headers:
- * None or (list validity or None, bit offset, list offsets, key column tuple, value column tuple). */
-static PyObject *encode_records(PyObject *self, PyObject *args) {
-    Py_buffer firsts_view, lasts_view, base_offsets_view, base_ts_view, offsets_view, ts_view;
-    PyObject *key_arg, *value_arg, *headers_arg;
-    Py_ssize_t room;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*O!O!On", &firsts_view, &lasts_view, &base_offsets_view, &base_ts_view, &offsets_view,
-                          &ts_view, &PyTuple_Type, &key_arg, &PyTuple_Type, &value_arg, &headers_arg, &room))
-        return NULL;
-    Py_buffer views[14]; /* key 0-2, value 3-5, header lists 6-7, header keys 8-10, values 11-13 */
-    memset(views, 0, sizeof views);
-    Binary key = {0}, value = {0};
-    Headers headers;
-    memset(&headers, 0, sizeof headers);
-    PyObject *result = NULL;
-    if (!binary_arg(key_arg, views, &key) || !binary_arg(value_arg, views + 3, &value))
-        goto done;
-    if (headers_arg != Py_None) {
+/* offsets, timestamps: int64 buffers; key, value: binary column tuples; headers: None or (list validity or
+ * None, bit offset, list offsets, key column tuple, value column tuple). 1, or 0 with an exception set. */
+static int columns_arg(Columns *c, PyObject *offsets, PyObject *timestamps, PyObject *key, PyObject *value,
+                       PyObject *headers) {
+    memset(c, 0, sizeof *c);
+    if (PyObject_GetBuffer(offsets, &c->views[0], PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(timestamps, &c->views[1], PyBUF_SIMPLE) < 0)
+        return 0;
+    c->offsets = c->views[0].buf;
+    c->timestamps = c->views[1].buf;
+    c->rows = c->views[0].len / 8;
+    if (c->views[1].len != c->views[0].len) {
+        PyErr_SetString(PyExc_TypeError, "offsets and timestamps of different lengths");
+        return 0;
+    }
+    if (!binary_arg(key, c->views + 2, &c->key) || !binary_arg(value, c->views + 5, &c->value))
+        return 0;
+    if (headers != Py_None) {
         PyObject *list_valid, *list_offsets, *hkey, *hvalue;
         long long list_valid_offset;
-        if (!PyArg_ParseTuple(headers_arg, "OLOO!O!", &list_valid, &list_valid_offset, &list_offsets, &PyTuple_Type,
-                              &hkey, &PyTuple_Type, &hvalue))
-            goto done;
-        headers.present = 1;
+        if (!PyArg_ParseTuple(headers, "OLOOO", &list_valid, &list_valid_offset, &list_offsets, &hkey, &hvalue))
+            return 0;
+        c->headers.present = 1;
         if (list_valid != Py_None) {
-            if (PyObject_GetBuffer(list_valid, &views[6], PyBUF_SIMPLE) < 0)
-                goto done;
-            headers.list_valid = views[6].buf;
+            if (PyObject_GetBuffer(list_valid, &c->views[8], PyBUF_SIMPLE) < 0)
+                return 0;
+            c->headers.list_valid = c->views[8].buf;
         }
-        headers.list_valid_offset = list_valid_offset;
-        if (PyObject_GetBuffer(list_offsets, &views[7], PyBUF_SIMPLE) < 0)
-            goto done;
-        headers.list_offsets = views[7].buf;
-        if (!binary_arg(hkey, views + 8, &headers.key) || !binary_arg(hvalue, views + 11, &headers.value))
-            goto done;
+        c->headers.list_valid_offset = list_valid_offset;
+        if (PyObject_GetBuffer(list_offsets, &c->views[9], PyBUF_SIMPLE) < 0)
+            return 0;
+        c->headers.list_offsets = c->views[9].buf;
+        if (!binary_arg(hkey, c->views + 10, &c->headers.key) || !binary_arg(hvalue, c->views + 13, &c->headers.value))
+            return 0;
     }
-    {
-        const int64_t *firsts = firsts_view.buf, *lasts = lasts_view.buf, *base_offsets = base_offsets_view.buf, *base_ts = base_ts_view.buf;
-        const int64_t *offsets = offsets_view.buf, *timestamps = ts_view.buf;
-        Py_ssize_t batches = base_offsets_view.len / 8;
-        if (firsts_view.len != batches * 8 || lasts_view.len != batches * 8 || base_ts_view.len != batches * 8 || ts_view.len != offsets_view.len) {
-            PyErr_SetString(PyExc_TypeError, "encode_records: batch and row arguments disagree in length");
+    return 1;
+}
+
+/* At least the bytes rows [first, last) take as records. */
+static int64_t records_capacity(const Columns *c, int64_t first, int64_t last) {
+    int64_t capacity = 0;
+    const Headers *h = &c->headers;
+    for (int64_t i = first; i < last; i++) {
+        int32_t k = binary_length(&c->key, i), v = binary_length(&c->value, i);
+        capacity += MAX_RECORD_OVERHEAD + (k > 0 ? k : 0) + (v > 0 ? v : 0);
+        if (h->present && is_valid(h->list_valid, h->list_valid_offset, i))
+            for (int32_t e = h->list_offsets[i]; e < h->list_offsets[i + 1]; e++) {
+                int32_t hv = binary_length(&h->value, e);
+                capacity += MAX_HEADER_OVERHEAD + binary_length(&h->key, e) + (hv > 0 ? hv : 0);
+            }
+    }
+    return capacity;
+}
+
+/* Rows [first, last) written as records at p (room: records_capacity); the end, or NULL where an offset is
+ * below base_offset or 2^31 past it. */
+static uint8_t *write_records(const Columns *c, int64_t first, int64_t last, int64_t base_offset,
+                              int64_t base_timestamp, uint8_t *p) {
+    const Headers *h = &c->headers;
+    for (int64_t i = first; i < last; i++) {
+        int64_t timestamp_delta = (int64_t)((uint64_t)c->timestamps[i] - (uint64_t)base_timestamp);
+        int64_t delta = c->offsets[i] - base_offset;
+        if (delta < 0 || delta > INT32_MAX)
+            return NULL;
+        int32_t offset_delta = (int32_t)delta;
+        int32_t k = binary_length(&c->key, i), v = binary_length(&c->value, i), header_count = 0;
+        int64_t body = 1 + varlong_size(timestamp_delta) + varint_size(offset_delta);
+        body += varint_size(k) + (k > 0 ? k : 0) + varint_size(v) + (v > 0 ? v : 0);
+        if (h->present && is_valid(h->list_valid, h->list_valid_offset, i)) {
+            header_count = h->list_offsets[i + 1] - h->list_offsets[i];
+            for (int32_t e = h->list_offsets[i]; e < h->list_offsets[i + 1]; e++) {
+                int32_t hk = binary_length(&h->key, e), hv = binary_length(&h->value, e);
+                body += varint_size(hk) + hk + varint_size(hv) + (hv > 0 ? hv : 0);
+            }
+        }
+        body += varint_size(header_count);
+        p = write_varint(p, (int32_t)body);
+        *p++ = 0; /* attributes */
+        p = write_varlong(p, timestamp_delta);
+        p = write_varint(p, offset_delta);
+        p = write_varint(p, k);
+        if (k > 0) {
+            memcpy(p, c->key.data + c->key.offsets[i], (size_t)k);
+            p += k;
+        }
+        p = write_varint(p, v);
+        if (v > 0) {
+            memcpy(p, c->value.data + c->value.offsets[i], (size_t)v);
+            p += v;
+        }
+        p = write_varint(p, header_count);
+        if (header_count) {
+            for (int32_t e = h->list_offsets[i]; e < h->list_offsets[i + 1]; e++) {
+                int32_t hk = binary_length(&h->key, e), hv = binary_length(&h->value, e);
+                p = write_varint(p, hk);
+                memcpy(p, h->key.data + h->key.offsets[e], (size_t)hk);
+                p += hk;
+                p = write_varint(p, hv);
+                if (hv > 0) {
+                    memcpy(p, h->value.data + h->value.offsets[e], (size_t)hv);
+                    p += hv;
+                }
+            }
+        }
+    }
+    return p;
+}
+
+static inline uint8_t *put16(uint8_t *p, int64_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+    return p + 2;
+}
+
+static inline uint8_t *put32(uint8_t *p, int64_t v) {
+    for (int i = 3; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+    return p + 4;
+}
+
+static inline uint8_t *put64(uint8_t *p, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    for (int i = 7; i >= 0; i--, u >>= 8)
+        p[i] = (uint8_t)u;
+    return p + 8;
+}
+
+/* The fields of one batch, as encode_batches takes them: one row of an int64 array. */
+enum { F_FIRST, F_LAST, F_BASE_OFFSET, F_BASE_TIMESTAMP, F_MAX_TIMESTAMP, F_LAST_OFFSET_DELTA, F_PRODUCER_ID,
+       F_PRODUCER_EPOCH, F_BASE_SEQUENCE, F_ATTRIBUTES, F_FIELDS };
+
+#define BATCH_HEADER 61
+
+/* The 61-byte header of a batch whose records take `records` bytes, CRC over attributes .. end included. */
+static void write_header(uint8_t *start, const int64_t *f, int64_t partition_leader_epoch, int64_t records) {
+    uint8_t *p = put64(start, f[F_BASE_OFFSET]);
+    p = put32(p, BATCH_HEADER - 12 + records);
+    p = put32(p, partition_leader_epoch);
+    *p++ = 2; /* magic */
+    uint8_t *crc_at = p;
+    p += 4;
+    p = put16(p, f[F_ATTRIBUTES]);
+    p = put32(p, f[F_LAST_OFFSET_DELTA]);
+    p = put64(p, f[F_BASE_TIMESTAMP]);
+    p = put64(p, f[F_MAX_TIMESTAMP]);
+    p = put64(p, f[F_PRODUCER_ID]);
+    p = put16(p, f[F_PRODUCER_EPOCH]);
+    p = put32(p, f[F_BASE_SEQUENCE]);
+    put32(p, f[F_LAST] - f[F_FIRST]);
+    put32(crc_at, crc32c(start + 21, (size_t)(BATCH_HEADER - 21 + records)));
+}
+
+/* encode_records(firsts, lasts, base_offsets, base_timestamps, offsets, timestamps, key, value, headers)
+ *   -> list of bytes, one a batch: its records, not compressed (the caller compresses them).
+ * Batch b holds rows [firsts[b], lasts[b]); firsts, lasts, base_offsets and base_timestamps int64. */
+static PyObject *encode_records(PyObject *self, PyObject *args) {
+    Py_buffer firsts_view, lasts_view, base_offsets_view, base_ts_view;
+    PyObject *offsets, *timestamps, *key_arg, *value_arg, *headers_arg;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*OOOOO", &firsts_view, &lasts_view, &base_offsets_view, &base_ts_view,
+                          &offsets, &timestamps, &key_arg, &value_arg, &headers_arg))
+        return NULL;
+    Columns c;
+    PyObject *result = NULL;
+    if (!columns_arg(&c, offsets, timestamps, key_arg, value_arg, headers_arg))
+        goto done;
+    const int64_t *firsts = firsts_view.buf, *lasts = lasts_view.buf, *base_offsets = base_offsets_view.buf;
+    const int64_t *base_ts = base_ts_view.buf;
+    Py_ssize_t batches = base_offsets_view.len / 8;
+    if (firsts_view.len != batches * 8 || lasts_view.len != batches * 8 || base_ts_view.len != batches * 8) {
+        PyErr_SetString(PyExc_TypeError, "encode_records: batch arguments disagree in length");
+        goto done;
+    }
+    if (!(result = PyList_New(batches)))
+        goto done;
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        int64_t first = firsts[b], last = lasts[b];
+        if (first < 0 || last < first || last > c.rows) {
+            PyErr_SetString(PyExc_ValueError, "encode_records: a batch's rows outside the rows");
+            Py_CLEAR(result);
             goto done;
         }
-        Py_ssize_t rows = offsets_view.len / 8;
-        result = PyList_New(batches);
-        if (!result)
+        PyObject *out = PyBytes_FromStringAndSize(NULL, records_capacity(&c, first, last));
+        if (!out) {
+            Py_CLEAR(result);
             goto done;
-        for (Py_ssize_t b = 0; b < batches; b++) {
-            int64_t first = firsts[b], last = lasts[b];
-            if (first < 0 || last < first || last > rows) {
-                PyErr_SetString(PyExc_ValueError, "encode_records: bounds outside the rows");
-                Py_CLEAR(result);
-                goto done;
-            }
-            /* an upper bound of the batch's size, then the records written, then the bytearray trimmed */
-            int64_t capacity = room;
-            for (int64_t i = first; i < last; i++) {
-                int32_t k = binary_length(&key, i), v = binary_length(&value, i);
-                capacity += MAX_RECORD_OVERHEAD + (k > 0 ? k : 0) + (v > 0 ? v : 0);
-                if (headers.present && is_valid(headers.list_valid, headers.list_valid_offset, i))
-                    for (int32_t e = headers.list_offsets[i]; e < headers.list_offsets[i + 1]; e++) {
-                        int32_t hv = binary_length(&headers.value, e);
-                        capacity += MAX_HEADER_OVERHEAD + binary_length(&headers.key, e) + (hv > 0 ? hv : 0);
-                    }
-            }
-            PyObject *out = PyByteArray_FromStringAndSize(NULL, capacity);
-            if (!out) {
-                Py_CLEAR(result);
-                goto done;
-            }
-            uint8_t *start = (uint8_t *)PyByteArray_AS_STRING(out);
-            uint8_t *p = start + room;
-            int overflow = 0;
-            Py_BEGIN_ALLOW_THREADS
-            memset(start, 0, (size_t)room);
-            for (int64_t i = first; i < last; i++) {
-                int64_t timestamp_delta = (int64_t)((uint64_t)timestamps[i] - (uint64_t)base_ts[b]);
-                int64_t delta = offsets[i] - base_offsets[b];
-                if (delta < 0 || delta > INT32_MAX) {
-                    overflow = 1;
-                    break;
-                }
-                int32_t offset_delta = (int32_t)delta;
-                int32_t k = binary_length(&key, i), v = binary_length(&value, i), header_count;
-                int64_t body = record_body_size(timestamp_delta, offset_delta, k, v, &headers, i, &header_count);
-                p = write_varint(p, (int32_t)body);
-                *p++ = 0; /* attributes */
-                p = write_varlong(p, timestamp_delta);
-                p = write_varint(p, offset_delta);
-                p = write_varint(p, k);
-                if (k > 0) {
-                    memcpy(p, key.data + key.offsets[i], (size_t)k);
-                    p += k;
-                }
-                p = write_varint(p, v);
-                if (v > 0) {
-                    memcpy(p, value.data + value.offsets[i], (size_t)v);
-                    p += v;
-                }
-                p = write_varint(p, header_count);
-                if (header_count) {
-                    for (int32_t e = headers.list_offsets[i]; e < headers.list_offsets[i + 1]; e++) {
-                        int32_t hk = binary_length(&headers.key, e), hv = binary_length(&headers.value, e);
-                        p = write_varint(p, hk);
-                        memcpy(p, headers.key.data + headers.key.offsets[e], (size_t)hk);
-                        p += hk;
-                        p = write_varint(p, hv);
-                        if (hv > 0) {
-                            memcpy(p, headers.value.data + headers.value.offsets[e], (size_t)hv);
-                            p += hv;
-                        }
-                    }
-                }
-            }
-            Py_END_ALLOW_THREADS
-            if (overflow) {
-                Py_DECREF(out);
-                Py_CLEAR(result);
-                PyErr_SetString(PyExc_ValueError, "encode_records: an offset below its batch's base or 2^31 past it");
-                goto done;
-            }
-            if (PyByteArray_Resize(out, p - start) < 0) {
-                Py_DECREF(out);
-                Py_CLEAR(result);
-                goto done;
-            }
-            PyList_SET_ITEM(result, b, out);
         }
+        uint8_t *start = (uint8_t *)PyBytes_AS_STRING(out), *end;
+        Py_BEGIN_ALLOW_THREADS
+        end = write_records(&c, first, last, base_offsets[b], base_ts[b], start);
+        Py_END_ALLOW_THREADS
+        if (!end) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_ValueError, "encode_records: an offset below its batch's base or 2^31 past it");
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (_PyBytes_Resize(&out, end - start) < 0) { /* out is NULL then */
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, b, out);
     }
 done:
-    for (int i = 0; i < 14; i++)
-        if (views[i].obj)
-            PyBuffer_Release(&views[i]);
+    release_columns(&c);
     PyBuffer_Release(&firsts_view);
     PyBuffer_Release(&lasts_view);
     PyBuffer_Release(&base_offsets_view);
     PyBuffer_Release(&base_ts_view);
-    PyBuffer_Release(&offsets_view);
-    PyBuffer_Release(&ts_view);
+    return result;
+}
+
+/* encode_batches(fields, partition_leader_epoch, max_bytes, offsets, timestamps, key, value, headers) -> bytes
+ * Uncompressed batches, headers and CRCs included, one after another. fields: int64, F_FIELDS a batch (see
+ * the enum). max_bytes >= 0: stop before the batch that would pass it, but write at least one. */
+static PyObject *encode_batches(PyObject *self, PyObject *args) {
+    Py_buffer fields_view;
+    long long partition_leader_epoch, max_bytes;
+    PyObject *offsets, *timestamps, *key_arg, *value_arg, *headers_arg;
+    if (!PyArg_ParseTuple(args, "y*LLOOOOO", &fields_view, &partition_leader_epoch, &max_bytes, &offsets,
+                          &timestamps, &key_arg, &value_arg, &headers_arg))
+        return NULL;
+    Columns c;
+    PyObject *out = NULL;
+    if (!columns_arg(&c, offsets, timestamps, key_arg, value_arg, headers_arg))
+        goto done;
+    const int64_t *fields = fields_view.buf;
+    Py_ssize_t batches = fields_view.len / (8 * F_FIELDS);
+    if (fields_view.len != batches * 8 * F_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "encode_batches: fields are not whole batches");
+        goto done;
+    }
+    int64_t capacity = 0;
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        const int64_t *f = fields + b * F_FIELDS;
+        if (f[F_FIRST] < 0 || f[F_LAST] < f[F_FIRST] || f[F_LAST] > c.rows) {
+            PyErr_SetString(PyExc_ValueError, "encode_batches: a batch's rows outside the rows");
+            goto done;
+        }
+        capacity += BATCH_HEADER + records_capacity(&c, f[F_FIRST], f[F_LAST]);
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, capacity)))
+        goto done;
+    uint8_t *start = (uint8_t *)PyBytes_AS_STRING(out), *p = start;
+    int overflow = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < batches; b++) {
+        const int64_t *f = fields + b * F_FIELDS;
+        uint8_t *end = write_records(&c, f[F_FIRST], f[F_LAST], f[F_BASE_OFFSET], f[F_BASE_TIMESTAMP],
+                                     p + BATCH_HEADER);
+        if (!end) {
+            overflow = 1;
+            break;
+        }
+        if (max_bytes >= 0 && b > 0 && end - start > max_bytes)
+            break; /* p stays at this batch's start */
+        write_header(p, f, partition_leader_epoch, end - p - BATCH_HEADER);
+        p = end;
+    }
+    Py_END_ALLOW_THREADS
+    if (overflow) {
+        PyErr_SetString(PyExc_ValueError, "encode_batches: an offset below its batch's base or 2^31 past it");
+        Py_CLEAR(out);
+        goto done;
+    }
+    _PyBytes_Resize(&out, p - start); /* on failure out is NULL with the exception set */
+done:
+    release_columns(&c);
+    PyBuffer_Release(&fields_view);
+    return out;
+}
+
+/* write_header(buffer, fields, partition_leader_epoch): the 61-byte header (CRC included) written at the
+ * start of a bytearray that holds one batch: the header's room, then its (compressed) records. */
+static PyObject *write_header_py(PyObject *self, PyObject *args) {
+    Py_buffer target, fields_view;
+    long long partition_leader_epoch;
+    if (!PyArg_ParseTuple(args, "w*y*L", &target, &fields_view, &partition_leader_epoch))
+        return NULL;
+    PyObject *result = NULL;
+    if (fields_view.len != 8 * F_FIELDS || target.len < BATCH_HEADER)
+        PyErr_SetString(PyExc_TypeError, "write_header: one batch's fields and a buffer of at least its header");
+    else {
+        write_header(target.buf, fields_view.buf, partition_leader_epoch, target.len - BATCH_HEADER);
+        result = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&target);
+    PyBuffer_Release(&fields_view);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, "Kafka v2 records of batches into Arrow column buffers."},
     {"encode_records", encode_records, METH_VARARGS, "Arrow columns into the records of Kafka v2 batches."},
+    {"encode_batches", encode_batches, METH_VARARGS, "Arrow columns into uncompressed Kafka v2 batches."},
+    {"write_header", write_header_py, METH_VARARGS, "A v2 batch header, CRC-32C included."},
+    {"crc32c", crc32c_py, METH_VARARGS, "CRC-32C (Castagnoli) of a buffer."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -661,4 +868,8 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_record_batch", "Kafka v2 records to and from Arrow column buffers, in C.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__record_batch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__record_batch(void) {
+    crc_init();
+    CRC_SETUP();
+    return PyModule_Create(&module);
+}

@@ -12,7 +12,8 @@ code  codec   wire format
               read (told apart by the header's first 8 bytes, as kafka-python's ``kafka.codec`` does); xerial
               framing with 32 KiB blocks is written, which every client reads.
 3     lz4     an LZ4 frame (Kafka >= 0.10, magic >= 1) with independent blocks: Kafka's Java reader rejects
-              linked blocks, so frames are written with ``block_linked=False``
+              linked blocks, so frames are written with ``block_linked=False`` (python-lz4: cramjam's
+              frames link blocks); read with python-lz4 too (3x cramjam's speed on 16 KiB frames)
 4     zstd    a zstd frame
 ====  ======  ==============================================================================================
 
@@ -74,10 +75,10 @@ def decompress(compression: int, data: memoryview) -> bytes:
                 return _xerial_blocks(data)
             return bytes(cramjam.snappy.decompress_raw(data))
         if compression == LZ4:
-            return bytes(cramjam.lz4.decompress(data))
+            return lz4.frame.decompress(data)
         if compression == ZSTD:
             return bytes(cramjam.zstd.decompress(data))
-    except cramjam.DecompressionError as e:
+    except (cramjam.DecompressionError, RuntimeError) as e:  # lz4.frame raises RuntimeError
         raise CorruptRecordError(f"{NAMES[compression]} records do not decompress: {e}") from e
     raise ValueError("decompress() of uncompressed records")
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -135,7 +134,7 @@ def decode_batches(data: bytes | bytearray | memoryview) -> list[ProducedBatch]:
                                      f"{total - position - LOG_OVERHEAD} bytes after it")
         if magic != MAGIC:
             raise CorruptRecordError(f"batch at byte {position}: magic {magic}; only v2 batches (magic 2) are read")
-        actual = crc32c.crc32c(view[position + CRC_START:end])
+        actual = _record_batch.crc32c(view[position + CRC_START:end])
         if actual != crc:
             raise CorruptRecordError(f"batch at byte {position}: CRC-32C {actual:#010x}, header says {crc:#010x}")
         if count < 0 or last_offset_delta < 0:
@@ -265,33 +264,33 @@ def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None 
                   | (marker[starts].astype(np.int64) << 5) | (has_horizon.astype(np.int64) << 6))
     last_offset_deltas = offsets[ends - 1] - base_offsets
     counts = lasts - starts
-    room = BATCH_OVERHEAD if compression == NONE else 0
-    bound = np.cumsum(np.add.reduceat(sizes, starts) * (counts > 0) + BATCH_OVERHEAD)
-    chosen = len(starts)
-    if max_bytes is not None and compression == NONE:
-        chosen = max(1, int(np.searchsorted(bound, max_bytes, side="right")))
-    binary_args = (_binary_args(key), _binary_args(value))
-    parts: list[bytes | bytearray] = []
+    fields = np.column_stack([starts, lasts, base_offsets, base_timestamps, max_timestamps, last_offset_deltas,
+                              producer_id[starts], producer_epoch[starts], sequence[starts], attributes])
+    fields = np.ascontiguousarray(fields, np.int64)
+    columns = (offsets, timestamps, _binary_args(key), _binary_args(value), header_args)
+    if compression == NONE:
+        if max_bytes is None:
+            return _record_batch.encode_batches(fields, partition_leader_epoch, -1, *columns)
+        # Batches past where the records' smallest sizes already pass max_bytes are not written at all.
+        lower_bound = np.cumsum(np.add.reduceat(sizes, starts) * (counts > 0) + BATCH_OVERHEAD)
+        chosen = max(1, int(np.searchsorted(lower_bound, max_bytes, side="right")))
+        return _record_batch.encode_batches(fields[:chosen], partition_leader_epoch, max_bytes, *columns)
+    parts: list[bytearray] = []
     used = 0
-    step = chosen if compression == NONE or max_bytes is None else 8
-    for first in range(0, chosen, step):
-        chunk = slice(first, min(chosen, first + step))
-        encoded = _record_batch.encode_records(starts[chunk], lasts[chunk], base_offsets[chunk],
-                                               base_timestamps[chunk], offsets, timestamps, *binary_args,
-                                               header_args, room)
-        for b, records in zip(range(chunk.start, chunk.stop), encoded, strict=True):
-            if compression != NONE:
-                compressed = compress(compression, records) if counts[b] else b""
-                records = bytearray(BATCH_OVERHEAD) + compressed
-            HEADER.pack_into(records, 0, int(base_offsets[b]), len(records) - LOG_OVERHEAD, partition_leader_epoch,
-                             MAGIC, 0, int(attributes[b]), int(last_offset_deltas[b]), int(base_timestamps[b]),
-                             int(max_timestamps[b]), int(producer_id[starts[b]]), int(producer_epoch[starts[b]]),
-                             int(sequence[starts[b]]), int(counts[b]))
-            struct.pack_into(">I", records, 17, crc32c.crc32c(memoryview(records)[CRC_START:]))
-            if max_bytes is not None and parts and used + len(records) > max_bytes:
+    step = len(fields) if max_bytes is None else 8  # compressed sizes are known only once compressed
+    for first in range(0, len(fields), step):
+        chunk = fields[first:first + step]
+        firsts, lasts, bases, base_times = (np.ascontiguousarray(chunk[:, i]) for i in range(4))
+        encoded = _record_batch.encode_records(firsts, lasts, bases, base_times, *columns)
+        for batch_fields, records in zip(chunk, encoded, strict=True):
+            batch = bytearray(BATCH_OVERHEAD)
+            if records:
+                batch += compress(compression, records)
+            _record_batch.write_header(batch, batch_fields, partition_leader_epoch)
+            if max_bytes is not None and parts and used + len(batch) > max_bytes:
                 return b"".join(parts)
-            parts.append(records)
-            used += len(records)
+            parts.append(batch)
+            used += len(batch)
         if max_bytes is not None and used >= max_bytes:
             break
     return b"".join(parts)
