@@ -10,7 +10,7 @@ import struct
 import crc32c
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
@@ -355,6 +355,8 @@ def test_forged_records_with_a_right_crc_decode_or_are_corrupt(codec: int, edits
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=EDITS.map(lambda edits: [(position, byte & 0x7F, edit) for position, byte, edit in edits]))
+@example(edits=[(0, 0x18, "set")])  # the first record's length one byte longer than its fields
+@example(edits=[(0, 0x14, "set")])  # one byte shorter
 def test_forged_records_that_decode_are_what_kafka_python_reads(edits: list) -> None:
     """What decodes of forged records is what kafka-python reads. Bytes below 0x80 only: kafka-python reads a
     record's attributes as a varint where Kafka reads one byte, so a forged attributes byte >= 0x80 makes
