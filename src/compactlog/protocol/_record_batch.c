@@ -855,12 +855,122 @@ static PyObject *write_header_py(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---------------------------------------------------------------- batch headers */
+
+static inline int64_t get16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+static inline int64_t get32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+/* The fields scan_batches gives for each batch, in this order. */
+enum { S_BASE_OFFSET, S_BATCH_LENGTH, S_LEADER_EPOCH, S_MAGIC, S_CRC, S_ATTRIBUTES, S_LAST_OFFSET_DELTA,
+       S_BASE_TIMESTAMP, S_MAX_TIMESTAMP, S_PRODUCER_ID, S_PRODUCER_EPOCH, S_BASE_SEQUENCE, S_COUNT, S_START,
+       S_FIELDS };
+
+/* scan_batches(data) -> bytes of int64, S_FIELDS a batch: every batch's header, each checked: a whole header,
+ * a batchLength that fits, magic 2, its CRC-32C, no negative count or lastOffsetDelta. ValueError otherwise. */
+static PyObject *scan_batches(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    const uint8_t *data = view.buf;
+    int64_t total = view.len, position = 0, batches = 0;
+    char error[200] = "";
+    /* a first pass for the count (lengths only), then the checks and fields */
+    while (position < total && total - position >= 12) {
+        int64_t length = get32(data + position + 8);
+        if (length < BATCH_HEADER - 12)
+            break;
+        position += 12 + length;
+        batches++;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(batches + 1) * S_FIELDS * 8);
+    if (!out) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int64_t *fields = (int64_t *)PyBytes_AS_STRING(out);
+    int64_t found = 0;
+    position = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (position < total) {
+        const uint8_t *p = data + position;
+        if (total - position < BATCH_HEADER) {
+            snprintf(error, sizeof error, "batch at byte %lld: %lld bytes, fewer than the %d of a batch header",
+                     (long long)position, (long long)(total - position), BATCH_HEADER);
+            break;
+        }
+        int64_t length = get32(p + 8);
+        if (length < BATCH_HEADER - 12 || length > total - position - 12) {
+            snprintf(error, sizeof error, "batch at byte %lld: batchLength %lld does not fit the %lld bytes after it",
+                     (long long)position, (long long)length, (long long)(total - position - 12));
+            break;
+        }
+        if (p[16] != 2) {
+            snprintf(error, sizeof error, "batch at byte %lld: magic %d; only v2 batches (magic 2) are read",
+                     (long long)position, (int8_t)p[16]);
+            break;
+        }
+        uint32_t stored = (uint32_t)get32(p + 17), actual = crc32c(p + 21, (size_t)(length + 12 - 21));
+        if (stored != actual) {
+            snprintf(error, sizeof error, "batch at byte %lld: CRC-32C %#010x, header says %#010x", (long long)position,
+                     actual, stored);
+            break;
+        }
+        if (found >= batches) { /* the first pass stopped early: cannot happen once lengths check out */
+            snprintf(error, sizeof error, "batch at byte %lld: more batches than counted", (long long)position);
+            break;
+        }
+        int64_t *f = fields + found * S_FIELDS;
+        f[S_BASE_OFFSET] = get64(p);
+        f[S_BATCH_LENGTH] = length;
+        f[S_LEADER_EPOCH] = get32(p + 12);
+        f[S_MAGIC] = 2;
+        f[S_CRC] = stored;
+        f[S_ATTRIBUTES] = get16(p + 21);
+        f[S_LAST_OFFSET_DELTA] = get32(p + 23);
+        f[S_BASE_TIMESTAMP] = get64(p + 27);
+        f[S_MAX_TIMESTAMP] = get64(p + 35);
+        f[S_PRODUCER_ID] = get64(p + 43);
+        f[S_PRODUCER_EPOCH] = get16(p + 51);
+        f[S_BASE_SEQUENCE] = get32(p + 53);
+        f[S_COUNT] = get32(p + 57);
+        f[S_START] = position;
+        if (f[S_COUNT] < 0 || f[S_LAST_OFFSET_DELTA] < 0) {
+            snprintf(error, sizeof error, "batch at byte %lld: recordsCount %lld, lastOffsetDelta %lld: negative",
+                     (long long)position, (long long)f[S_COUNT], (long long)f[S_LAST_OFFSET_DELTA]);
+            break;
+        }
+        found++;
+        position += 12 + length;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (error[0]) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_ValueError, error);
+        return NULL;
+    }
+    if (_PyBytes_Resize(&out, (Py_ssize_t)found * S_FIELDS * 8) < 0)
+        return NULL;
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"decode_records", decode_records, METH_VARARGS, "Kafka v2 records of batches into Arrow column buffers."},
     {"encode_records", encode_records, METH_VARARGS, "Arrow columns into the records of Kafka v2 batches."},
     {"encode_batches", encode_batches, METH_VARARGS, "Arrow columns into uncompressed Kafka v2 batches."},
     {"write_header", write_header_py, METH_VARARGS, "A v2 batch header, CRC-32C included."},
     {"crc32c", crc32c_py, METH_VARARGS, "CRC-32C (Castagnoli) of a buffer."},
+    {"scan_batches", scan_batches, METH_VARARGS, "Every v2 batch header of a buffer, checked."},
     {NULL, NULL, 0, NULL},
 };
 

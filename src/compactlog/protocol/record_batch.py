@@ -31,7 +31,8 @@ what Kafka's cleaner keeps of a producer's last batch so that its epoch and sequ
 
 :func:`decode_batches` reads a produce request's batches into one :class:`ProducedBatch` each;
 :func:`encode_batches` writes rows of :data:`compactlog.record.SCHEMA` as batches for a fetch. The
-per-record work is in the C extension ``_record_batch``; here, the per-batch header, CRC and codecs.
+C extension ``_record_batch`` scans and writes the headers, checks and writes the CRCs and parses and writes
+the records; here, the codecs (compression.py), the cuts between batches (batch_plan.py) and Arrow.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ from . import _record_batch
 from .batch_plan import batch_starts
 from .compression import NONE, check_codec, compress, decompress
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
-BATCH_OVERHEAD = HEADER.size  # 61
+BATCH_OVERHEAD = 61
+# scan_batches() (C) gives per batch: the 13 header fields in order, then the batch's position in the buffer.
+SCANNED_FIELDS = 14
 LOG_OVERHEAD = 12  # baseOffset and batchLength: not counted in batchLength
 CRC_START = 21  # the CRC covers attributes .. end of the batch
 MAGIC = 2
@@ -85,7 +87,7 @@ _ENCODE_COLUMNS = ("offset", "timestamp", "key", "value", "headers", "producer_i
                    "is_transactional", "control_type", "delete_horizon_ms")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProducedBatch:
     """One v2 batch as a producer sent it: the header's fields and its records as columns
     (:data:`RECORDS_SCHEMA`: offset_delta, absolute timestamp, key, value, headers)."""
@@ -117,60 +119,40 @@ def decode_batches(data: bytes | bytearray | memoryview) -> list[ProducedBatch]:
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
-    total = len(view)
-    fields_of: list[tuple] = []
-    sections: list[memoryview | bytes] = []
-    position = 0
-    while position < total:
-        if total - position < BATCH_OVERHEAD:
-            raise CorruptRecordError(f"batch at byte {position}: {total - position} bytes, fewer than the "
-                                     f"{BATCH_OVERHEAD} of a batch header")
-        fields = HEADER.unpack_from(view, position)
-        batch_length, magic, crc, attributes, last_offset_delta, count = (
-            fields[1], fields[3], fields[4], fields[5], fields[6], fields[12])
-        end = position + LOG_OVERHEAD + batch_length
-        if batch_length < BATCH_OVERHEAD - LOG_OVERHEAD or end > total:
-            raise CorruptRecordError(f"batch at byte {position}: batchLength {batch_length} does not fit the "
-                                     f"{total - position - LOG_OVERHEAD} bytes after it")
-        if magic != MAGIC:
-            raise CorruptRecordError(f"batch at byte {position}: magic {magic}; only v2 batches (magic 2) are read")
-        actual = _record_batch.crc32c(view[position + CRC_START:end])
-        if actual != crc:
-            raise CorruptRecordError(f"batch at byte {position}: CRC-32C {actual:#010x}, header says {crc:#010x}")
-        if count < 0 or last_offset_delta < 0:
-            raise CorruptRecordError(f"batch at byte {position}: recordsCount {count}, lastOffsetDelta "
-                                     f"{last_offset_delta}: negative")
-        compression = attributes & COMPRESSION_MASK
-        check_codec(compression)
-        # A batch of no records (the header Kafka's cleaner keeps) is read as Kafka reads it: whatever its
-        # records section holds, no records.
-        section = view[position + BATCH_OVERHEAD:end] if count else b""
-        sections.append(decompress(compression, view[position + BATCH_OVERHEAD:end])
-                        if compression != NONE and count else section)
-        fields_of.append((*fields, end - position))
-        position = end
-    records = _decode_records(fields_of, sections)
+    try:
+        fields = np.frombuffer(_record_batch.scan_batches(view), np.int64).reshape(-1, SCANNED_FIELDS)
+    except ValueError as e:
+        raise CorruptRecordError(str(e)) from e
+    attributes = fields[:, 5]
+    compression = attributes & COMPRESSION_MASK
+    for code in np.unique(compression):
+        check_codec(int(code))
+    # A batch of no records (the header Kafka's cleaner keeps) is read as Kafka reads it: whatever its
+    # records section holds, no records.
+    sections: list[memoryview | bytes] = [
+        b"" if not count else view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length] if not codec
+        else decompress(codec, view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length])
+        for start, length, count, codec in zip(fields[:, 13].tolist(), fields[:, 1].tolist(), fields[:, 12].tolist(),
+                                                compression.tolist(), strict=True)]
+    counts = np.ascontiguousarray(fields[:, 12], np.int32)
+    records = _decode_records(sections, counts, np.ascontiguousarray(fields[:, 7]),
+                              np.ascontiguousarray((attributes & TIMESTAMP_TYPE_BIT) >> 3, np.uint8),
+                              np.ascontiguousarray(fields[:, 8]))
     batches = []
     row = 0
-    for fields in fields_of:
-        (base_offset, _, leader_epoch, magic, _, attributes, last_offset_delta, base_timestamp, max_timestamp,
-         producer_id, producer_epoch, base_sequence, count, size) = fields
-        has_horizon = bool(attributes & DELETE_HORIZON_BIT)
+    for (base_offset, length, leader_epoch, magic, _, attrs, last_offset_delta, base_timestamp, max_timestamp,
+         producer_id, producer_epoch, base_sequence, count, _) in fields.tolist():
         batches.append(ProducedBatch(
-            base_offset, leader_epoch, magic, attributes, last_offset_delta, base_timestamp, max_timestamp,
-            producer_id, producer_epoch, base_sequence, bool(attributes & TRANSACTIONAL_BIT),
-            bool(attributes & CONTROL_BIT), attributes & COMPRESSION_MASK,
-            (attributes & TIMESTAMP_TYPE_BIT) >> 3, count, base_timestamp if has_horizon else -1, size,
-            records.slice(row, count)))
+            base_offset, leader_epoch, magic, attrs, last_offset_delta, base_timestamp, max_timestamp,
+            producer_id, producer_epoch, base_sequence, bool(attrs & TRANSACTIONAL_BIT), bool(attrs & CONTROL_BIT),
+            attrs & COMPRESSION_MASK, (attrs & TIMESTAMP_TYPE_BIT) >> 3, count,
+            base_timestamp if attrs & DELETE_HORIZON_BIT else -1, length + LOG_OVERHEAD, records.slice(row, count)))
         row += count
     return batches
 
 
-def _decode_records(fields_of: list[tuple], sections: list[memoryview | bytes]) -> pa.Table:
-    counts = np.fromiter((f[12] for f in fields_of), np.int32, len(fields_of))
-    base_timestamps = np.fromiter((f[7] for f in fields_of), np.int64, len(fields_of))
-    log_append = np.fromiter((bool(f[5] & TIMESTAMP_TYPE_BIT) for f in fields_of), np.uint8, len(fields_of))
-    max_timestamps = np.fromiter((f[8] for f in fields_of), np.int64, len(fields_of))
+def _decode_records(sections: list[memoryview | bytes], counts: np.ndarray, base_timestamps: np.ndarray,
+                    log_append: np.ndarray, max_timestamps: np.ndarray) -> pa.Table:
     try:
         (offset_delta, timestamp, key_valid, key_offsets, key_data, key_nulls, value_valid, value_offsets, value_data,
          value_nulls, headers_valid, header_offsets, header_nulls, hkey_offsets, hkey_data, hvalue_valid,
