@@ -12,18 +12,24 @@ Each for codec none and for ``--codecs`` (default lz4 and zstd). The protocol be
 it must run at several million records/s.
 
 Usage: ``python benchmarks/bench_record_batch.py [--records N] [--value-bytes B] [--runs R]``. Inputs are
-generated (fixed seed: ~10-byte keys, random values); every figure is the median of ``--runs`` runs.
+generated (fixed seed: ~10-byte keys, random values); every figure is the median of ``--runs`` runs. Rates
+are given by wall time and by the process's CPU time: on a machine shared with other work (the load average
+is printed) the wall time of a run of tens of milliseconds is mostly waiting for a core, the CPU time is not.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
+import statistics
+import time
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-from _common import banner, median_time
+from _common import banner
 
 from compactlog.protocol.compression import NAMES
 from compactlog.protocol.record_batch import decode_batches, encode_batches
@@ -74,6 +80,23 @@ def kafka_python_decode(data: bytes) -> int:
     return count
 
 
+def medians(fn: Callable[[], object], runs: int) -> tuple[float, float]:
+    """The median wall time and the median CPU time (this process) of ``runs`` calls."""
+    wall, cpu = [], []
+    for _ in range(runs):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def report(what: str, n: int, ours: tuple[float, float], theirs: tuple[float, float]) -> None:
+    print(f"{what}: ours {n / ours[1] / 1e6:5.2f}M records/s CPU ({ours[1] * 1e3:6.1f} ms; wall {ours[0] * 1e3:6.1f}), "
+          f"kafka-python {n / theirs[1] / 1e6:5.3f}M ({theirs[1] * 1e3:6.0f} ms; wall {theirs[0] * 1e3:6.0f}) -> "
+          f"{theirs[1] / ours[1]:5.1f}x CPU, {theirs[0] / ours[0]:5.1f}x wall")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=100_000)
@@ -86,6 +109,7 @@ def main() -> None:
     banner("record-batch codec (decode_batches / encode_batches) vs kafka-python's kafka.record")
     versions = {name: importlib.metadata.version(name) for name in ("kafka-python", "crc32c", "cramjam", "lz4")}
     print("libraries: " + " ".join(f"{name}={version}" for name, version in versions.items()))
+    print("load average: " + " ".join(f"{load:.1f}" for load in os.getloadavg()))
     n = args.records
     print(f"records: {n:,} of ~10-byte keys and {args.value_bytes}-byte random values; medians of {args.runs} runs "
           f"(kafka-python: {args.baseline_runs})")
@@ -97,19 +121,17 @@ def main() -> None:
     for codec in [0] + [by_name[name] for name in args.codecs.split(",") if name]:
         produced = b"".join(kafka_python_encode(keys, values, timestamps, codec, args.batch_bytes))
         assert sum(b.record_count for b in decode_batches(produced)) == n
-        ours, _ = median_time(lambda data=produced: decode_batches(data), args.runs)
-        theirs, _ = median_time(lambda data=produced: kafka_python_decode(data), args.baseline_runs)
-        print(f"decode {NAMES[codec]:>4} ({len(produced) / n:.0f} B/record, {args.batch_bytes // 1024} KiB batches): "
-              f"ours {n / ours / 1e6:6.2f}M records/s ({ours * 1e3:7.1f} ms), kafka-python "
-              f"{n / theirs / 1e6:5.3f}M records/s ({theirs * 1e3:7.1f} ms) -> {theirs / ours:6.1f}x")
+        ours = medians(lambda data=produced: decode_batches(data), args.runs)
+        theirs = medians(lambda data=produced: kafka_python_decode(data), args.baseline_runs)
+        report(f"decode {NAMES[codec]:>4} ({len(produced) / n:.0f} B/record, {args.batch_bytes // 1024} KiB batches)",
+               n, ours, theirs)
         fetched = encode_batches(table, codec)
         assert sum(1 for batch in MemoryRecords(fetched) for _ in batch) == n
-        ours, _ = median_time(lambda c=codec: encode_batches(table, c), args.runs)
-        theirs, _ = median_time(lambda c=codec: kafka_python_encode(keys, values, timestamps, c, 1 << 20),
-                                args.baseline_runs)
-        print(f"encode {NAMES[codec]:>4} ({len(fetched) / n:.0f} B/record, 1 MiB batches):  "
-              f"ours {n / ours / 1e6:6.2f}M records/s ({ours * 1e3:7.1f} ms), kafka-python "
-              f"{n / theirs / 1e6:5.3f}M records/s ({theirs * 1e3:7.1f} ms) -> {theirs / ours:6.1f}x")
+        ours = medians(lambda c=codec: encode_batches(table, c), args.runs)
+        theirs = medians(lambda c=codec: kafka_python_encode(keys, values, timestamps, c, 1 << 20),
+                         args.baseline_runs)
+        report(f"encode {NAMES[codec]:>4} ({len(fetched) / n:.0f} B/record, 1 MiB batches) ", n, ours, theirs)
+    print(f"load average: {' '.join(f'{load:.1f}' for load in os.getloadavg())}")
 
 
 if __name__ == "__main__":
