@@ -418,3 +418,18 @@ def test_the_extension_crc32c_is_the_crc32c_package_s(data: bytes) -> None:
     from compactlog.protocol._record_batch import crc32c as extension_crc32c
 
     assert extension_crc32c(data) == crc32c.crc32c(data)
+
+
+def test_zstd_records_without_a_content_size_decode_and_a_cut_zstd_frame_is_corrupt() -> None:
+    """Java's ZstdOutputStream writes frames without the content size; python-zstandard's one-shot call
+    cannot read those, and a stream reader returns what it has of a cut frame without complaint."""
+    import zstandard
+
+    data = bytearray(small_batches()[0])
+    records = bytes(data[BATCH_OVERHEAD:])
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(records)
+    struct.pack_into(">h", data, 21, 4)
+    decoded = decode_batches(with_crc(data[:BATCH_OVERHEAD] + frame))
+    assert our_read(decoded) == our_read(decode_batches(small_batches()[0]))
+    with pytest.raises(CorruptRecordError, match="zstd"):
+        decode_batches(with_crc(data[:BATCH_OVERHEAD] + frame[:-3]))
