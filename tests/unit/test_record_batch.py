@@ -433,3 +433,15 @@ def test_zstd_records_without_a_content_size_decode_and_a_cut_zstd_frame_is_corr
     assert our_read(decoded) == our_read(decode_batches(small_batches()[0]))
     with pytest.raises(CorruptRecordError, match="zstd"):
         decode_batches(with_crc(data[:BATCH_OVERHEAD] + frame[:-3]))
+
+
+def test_a_sliced_table_encodes_as_the_same_rows_copied() -> None:
+    """Arrow slices keep their parent's buffers and an offset into them (a read of a segment hands out such
+    slices): every column's offset must be honoured, the validity bitmaps' too."""
+    table = rows(*({"offset": i, "key": None if i % 3 == 0 else b"k%d" % i,
+                    "value": None if i % 4 == 0 else b"v" * i,
+                    "headers": None if i % 2 else [{"key": "h%d" % i, "value": None if i % 5 == 0 else b"x"}]}
+                   for i in range(20)))
+    for start, length in ((1, 7), (5, 10), (13, 7)):
+        sliced = table.slice(start, length)
+        assert encode_batches(sliced) == encode_batches(pa.Table.from_pylist(sliced.to_pylist(), schema=SCHEMA))
