@@ -440,7 +440,7 @@ def test_a_sliced_table_encodes_as_the_same_rows_copied() -> None:
     slices): every column's offset must be honoured, the validity bitmaps' too."""
     table = rows(*({"offset": i, "key": None if i % 3 == 0 else b"k%d" % i,
                     "value": None if i % 4 == 0 else b"v" * i,
-                    "headers": None if i % 2 else [{"key": "h%d" % i, "value": None if i % 5 == 0 else b"x"}]}
+                    "headers": None if i % 2 else [{"key": f"h{i}", "value": None if i % 5 == 0 else b"x"}]}
                    for i in range(20)))
     for start, length in ((1, 7), (5, 10), (13, 7)):
         sliced = table.slice(start, length)
