@@ -153,6 +153,20 @@ def test_transaction_markers_become_control_batches() -> None:
     assert [b.is_control for b in decode_batches(encode_batches(table))] == [False, True, True]
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_markers_and_empty_batches_are_written_uncompressed_as_kafka_writes_them(codec: int) -> None:
+    table = rows({"offset": 0, "producer_id": 5, "producer_epoch": 2, "sequence": 0, "is_transactional": True,
+                  "value": COMPRESSIBLE},
+                 {"offset": 1, "producer_id": 5, "producer_epoch": 2, "is_transactional": True, "key": None,
+                  "value": None, "control_type": CONTROL_COMMIT},
+                 {"offset": 2, "producer_id": 3, "producer_epoch": 1, "sequence": 41, "key": None, "value": None,
+                  "control_type": CONTROL_EMPTY_BATCH})
+    data = encode_batches(table, codec)
+    assert [b.compression_type for b in MemoryRecords(data)] == [codec, 0, 0]
+    assert [r[0] for r in kafka_read(data)] == [0, 1]
+    assert [b.record_count for b in decode_batches(data)] == [1, 1, 0]
+
+
 def test_an_emptied_batch_row_becomes_an_empty_batch_header() -> None:
     table = rows({"offset": 7, "producer_id": 3, "producer_epoch": 1, "sequence": 41, "key": None, "value": None,
                   "control_type": CONTROL_EMPTY_BATCH},

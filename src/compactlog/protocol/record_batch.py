@@ -242,10 +242,13 @@ def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None 
     has_horizon = delete_horizon[starts] >= 0
     base_timestamps = np.where(has_horizon, delete_horizon[starts], timestamps[starts])
     max_timestamps = np.maximum.reduceat(timestamps, starts)
-    attributes = (compression | (timestamp_type << 3) | (transactional[starts].astype(np.int64) << 4)
-                  | (marker[starts].astype(np.int64) << 5) | (has_horizon.astype(np.int64) << 6))
     last_offset_deltas = offsets[ends - 1] - base_offsets
     counts = lasts - starts
+    # Control batches and empty batches are written uncompressed, as Kafka writes them (its
+    # EndTransactionMarker and writeEmptyHeader use NONE): a reader then never decompresses nothing.
+    compressed = ~marker[starts] & (counts > 0)
+    attributes = ((compression * compressed) | (timestamp_type << 3) | (transactional[starts].astype(np.int64) << 4)
+                  | (marker[starts].astype(np.int64) << 5) | (has_horizon.astype(np.int64) << 6))
     fields = np.column_stack([starts, lasts, base_offsets, base_timestamps, max_timestamps, last_offset_deltas,
                               producer_id[starts], producer_epoch[starts], sequence[starts], attributes])
     fields = np.ascontiguousarray(fields, np.int64)
@@ -266,8 +269,10 @@ def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None 
         encoded = _record_batch.encode_records(firsts, lasts, bases, base_times, *columns)
         for batch_fields, records in zip(chunk, encoded, strict=True):
             batch = bytearray(BATCH_OVERHEAD)
-            if records:
+            if batch_fields[9] & COMPRESSION_MASK:  # the attributes
                 batch += compress(compression, records)
+            else:
+                batch += records
             _record_batch.write_header(batch, batch_fields, partition_leader_epoch)
             if max_bytes is not None and parts and used + len(batch) > max_bytes:
                 return b"".join(parts)
