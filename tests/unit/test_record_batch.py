@@ -175,6 +175,7 @@ def test_an_emptied_batch_row_becomes_an_empty_batch_header() -> None:
     empty, data_batch = MemoryRecords(data)
     assert (empty.base_offset, empty.records_count, empty.last_offset_delta, empty.base_sequence) == (7, 0, 0, 41)
     assert (empty.producer_id, empty.producer_epoch, empty.is_control_batch) == (3, 1, False)
+    assert (empty.first_timestamp, empty.max_timestamp) == (-1, 1_000)  # NO_TIMESTAMP, as writeEmptyHeader
     assert list(empty) == []
     assert [r.offset for r in data_batch] == [9]
     ours = decode_batches(data)

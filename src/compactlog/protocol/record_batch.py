@@ -240,7 +240,8 @@ def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None 
     lasts = np.where(empty[starts], starts, ends)  # an empty batch writes no record
     base_offsets = offsets[starts]
     has_horizon = delete_horizon[starts] >= 0
-    base_timestamps = np.where(has_horizon, delete_horizon[starts], timestamps[starts])
+    # An empty batch's baseTimestamp is NO_TIMESTAMP (-1), its maxTimestamp the row's, as writeEmptyHeader.
+    base_timestamps = np.where(has_horizon, delete_horizon[starts], np.where(empty[starts], -1, timestamps[starts]))
     max_timestamps = np.maximum.reduceat(timestamps, starts)
     last_offset_deltas = offsets[ends - 1] - base_offsets
     counts = lasts - starts
