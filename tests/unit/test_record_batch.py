@@ -460,3 +460,23 @@ def test_a_sliced_table_encodes_as_the_same_rows_copied() -> None:
     for start, length in ((1, 7), (5, 10), (13, 7)):
         sliced = table.slice(start, length)
         assert encode_batches(sliced) == encode_batches(pa.Table.from_pylist(sliced.to_pylist(), schema=SCHEMA))
+
+
+@settings(max_examples=300, deadline=None)
+@given(attributes=st.integers(-(2**15), 2**15 - 1), last_offset_delta=st.integers(-(2**31), 2**31 - 1),
+       count=st.integers(-(2**31), 2**31 - 1), batch_length=st.integers(-(2**31), 2**31 - 1),
+       fix_length=st.booleans())
+def test_forged_headers_with_a_right_crc_decode_or_raise_our_errors(attributes: int, last_offset_delta: int,
+                                                                    count: int, batch_length: int,
+                                                                    fix_length: bool) -> None:
+    data = bytearray(small_batches()[0])
+    struct.pack_into(">hi", data, 21, attributes, last_offset_delta)
+    struct.pack_into(">i", data, 57, count)
+    forged = with_crc(data)
+    if not fix_length:
+        forged = forged[:8] + struct.pack(">i", batch_length) + forged[12:]
+    try:
+        batches = decode_batches(forged)
+    except (CorruptRecordError, UnsupportedCompressionTypeError):
+        return
+    assert [b.record_count for b in batches] == [count]
