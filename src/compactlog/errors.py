@@ -138,3 +138,13 @@ class CorruptRecordBatchError(CompactLogError):
 class MalformedRequestError(CompactLogError):
     """A Kafka-protocol request frame that cannot be decoded, or is larger than ``socket.request.max.bytes``:
     the server closes that connection."""
+
+
+class CorruptRecordError(CompactLogError):
+    """Record-batch bytes that break Kafka's v2 format: a CRC-32C mismatch, a length or record count that
+    disagrees with the bytes, a malformed varint, a magic other than 2 (Kafka's CorruptRecordException)."""
+
+
+class UnsupportedCompressionTypeError(CompactLogError):
+    """A record batch whose compression code is none of Kafka's (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+    (Kafka's UnsupportedCompressionTypeException)."""
