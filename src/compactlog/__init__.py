@@ -15,6 +15,7 @@ from .errors import (
     CompactLogError,
     ConfigError,
     CorruptCleanerStateError,
+    CorruptRecordError,
     CorruptSegmentError,
     CorruptTopicMetadataError,
     CorruptTransactionStateError,
@@ -28,6 +29,7 @@ from .errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaStorageError,
+    MalformedRequestError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     ProducerFencedError,
@@ -37,6 +39,7 @@ from .errors import (
     StoreClosedError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
+    UnsupportedCompressionTypeError,
 )
 from .partition_view import PartitionInfo, SegmentInfo
 from .record import Record, RecordMetadata
@@ -60,6 +63,7 @@ __all__ = [
     "CompactLogError",
     "ConfigError",
     "CorruptCleanerStateError",
+    "CorruptRecordError",
     "CorruptSegmentError",
     "CorruptTopicMetadataError",
     "CorruptTransactionStateError",
@@ -73,6 +77,7 @@ __all__ = [
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
     "KafkaStorageError",
+    "MalformedRequestError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "PartitionInfo",
@@ -89,5 +94,6 @@ __all__ = [
     "TopicConfig",
     "TopicExistsError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedCompressionTypeError",
     "open",
 ]

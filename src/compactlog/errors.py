@@ -131,10 +131,6 @@ class CleaningAbortedError(CleanerError):
     the partition uncleanable (the next pass cleans it)."""
 
 
-class CorruptRecordBatchError(CompactLogError):
-    """A produced record batch whose framing or CRC is wrong (Kafka's ``CORRUPT_MESSAGE``)."""
-
-
 class MalformedRequestError(CompactLogError):
     """A Kafka-protocol request frame that cannot be decoded, or is larger than ``socket.request.max.bytes``:
     the server closes that connection."""

@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Protocol
 
@@ -98,8 +98,10 @@ class Server:
         if first_error is not None:
             raise first_error
 
-    def run_until_signalled(self, stop: threading.Event | None = None) -> None:
-        """Start, wait for SIGTERM or SIGINT (or ``stop``), shut down. Call from the main thread."""
+    def run_until_signalled(self, stop: threading.Event | None = None,
+                            on_started: Callable[[], None] | None = None) -> None:
+        """Start, call ``on_started``, wait for SIGTERM or SIGINT (or ``stop``), shut down. Call from the main
+        thread."""
         stop = stop or threading.Event()
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -113,6 +115,8 @@ class Server:
             self.startup()  # a signal meanwhile is honoured once it has started
             try:
                 _log.info("server started: %s", ", ".join(c.name for c in self.components))
+                if on_started is not None:
+                    on_started()
                 stop.wait()
             finally:
                 self.shutdown()

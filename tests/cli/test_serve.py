@@ -99,7 +99,7 @@ def test_serve_cleans_answers_metrics_and_stops_on_sigterm(tmp_path: Path) -> No
     port = free_port()
     partition = (("partition", "0"), ("topic", "t"))
     serve = subprocess.Popen([COMPACTLOG, "serve", "--data-dir", str(data), "--metrics-address",
-                              f"127.0.0.1:{port}", "--in-process"],
+                              f"127.0.0.1:{port}", "--in-process", "--listeners", "PLAINTEXT://127.0.0.1:0"],
                              env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         log = LogLines(serve)
@@ -111,7 +111,7 @@ def test_serve_cleans_answers_metrics_and_stops_on_sigterm(tmp_path: Path) -> No
         assert not math.isnan(before["kafka_log_logcleanermanager_time_since_last_run_ms"][()])
 
         second = subprocess.run([COMPACTLOG, "serve", "--data-dir", str(data), "--metrics-address",
-                                 f"127.0.0.1:{free_port()}", "--in-process"],
+                                 f"127.0.0.1:{free_port()}", "--in-process", "--listeners", "PLAINTEXT://127.0.0.1:0"],
                                 env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S)
         assert second.returncode != 0
         assert second.stderr.count("\n") == 1 and f"process {serve.pid}" in second.stderr, second.stderr
@@ -163,7 +163,7 @@ def test_sigterm_during_a_busy_pass_exits_0_and_leaves_every_partition_whole(tmp
                                            "value": [f"{p}-{i}".encode() * 10 for i in range(rows)]}))
             store.roll("t", p)
     serve = subprocess.Popen([COMPACTLOG, "serve", "--data-dir", str(data), "--metrics-address",
-                              f"127.0.0.1:{free_port()}", "--in-process"],
+                              f"127.0.0.1:{free_port()}", "--in-process", "--listeners", "PLAINTEXT://127.0.0.1:0"],
                              env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         log = LogLines(serve)

@@ -1,8 +1,8 @@
 """The one way tests start the Kafka-protocol broker: a child process serving a data directory on a free
 loopback port, stopped by its pid.
 
-``python -m compactlog.broker`` today; ``compactlog serve --listeners`` once that command lands (only
-:data:`BROKER_COMMAND` changes)."""
+``compactlog serve --listeners PLAINTEXT://127.0.0.1:0`` (in process: no Spark; metrics on a free port),
+which prints ``listening on NAME://host:port`` once it listens."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-BROKER_COMMAND = [sys.executable, "-m", "compactlog.broker"]
+BROKER_COMMAND = [sys.executable, "-m", "compactlog", "serve", "--in-process", "--metrics-address", "127.0.0.1:0"]
 START_TIMEOUT_S = 60
 _logs: dict[int, Any] = {}  # pid -> the file its stderr goes to
 

@@ -30,6 +30,7 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_TRANSACTION_TIMEOUT = 50
 KAFKA_STORAGE_ERROR = 56
+UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
 
 # Most specific first: the first class in an error's MRO found here gives its code.
@@ -38,7 +39,8 @@ _CODES: dict[type[errors.CompactLogError], int] = {
     errors.OffsetOutOfRangeError: OFFSET_OUT_OF_RANGE,
     errors.RecordTooLargeError: MESSAGE_TOO_LARGE,
     errors.InvalidRecordError: INVALID_RECORD,  # a keyless record on a compacted topic, among others
-    errors.CorruptRecordBatchError: CORRUPT_MESSAGE,
+    errors.CorruptRecordError: CORRUPT_MESSAGE,
+    errors.UnsupportedCompressionTypeError: UNSUPPORTED_COMPRESSION_TYPE,
     errors.OutOfOrderSequenceError: OUT_OF_ORDER_SEQUENCE_NUMBER,
     errors.ProducerFencedError: INVALID_PRODUCER_EPOCH,  # what Produce answers an older epoch
     errors.InvalidTxnStateError: INVALID_TXN_STATE,

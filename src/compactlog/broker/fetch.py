@@ -32,18 +32,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CompactLogError, OffsetOutOfRangeError
+from ..protocol.record_batch import CREATE_TIME, LOG_APPEND_TIME, encode_batches
 from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
 from .context import BrokerContext, open_log
 from .error_codes import NONE, error_code
-from .records_adapter import fetch_records
 
 __all__ = ["handle_fetch", "handle_list_offsets"]
 
 READ_COMMITTED = 1
 RECORD_OVERHEAD = 20  # about a v2 record's own framing (length, attributes, deltas, lengths)
 FETCH_COLUMNS = ["offset", "timestamp", "key", "value", "headers", "producer_id", "producer_epoch", "sequence",
-                 "is_transactional", "control_type"]
+                 "is_transactional", "control_type", "delete_horizon_ms"]
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
@@ -131,7 +131,9 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
         if fits < kept.num_rows:
             break
     if taken:
-        read.records = fetch_records(pa.concat_tables(taken))
+        append_time = store.topic_config(read.topic).message_timestamp_type == "LogAppendTime"
+        read.records = encode_batches(pa.concat_tables(taken),
+                                      timestamp_type=LOG_APPEND_TIME if append_time else CREATE_TIME)
 
 
 def _record_sizes(table: pa.Table) -> pa.Array:

@@ -18,6 +18,8 @@ class KafkaListener:
     """The Kafka-protocol listener of a store as a component: :meth:`start` binds and serves,
     :meth:`shutdown` stops."""
 
+    name = "kafka listener"
+
     def __init__(self, data_dir: str, overrides: Mapping[str, object] | None = None) -> None:
         self.store = open_store(data_dir)
         self.context = BrokerContext(self.store, load_server_config(data_dir, overrides))

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
-
 from ..errors import CompactLogError, InvalidRecordError, RecordTooLargeError
 from ..limits import INT_MAX
 from ..log import Log
+from ..protocol.record_batch import ProducedBatch, decode_batches
 from ..store import Store
 from .context import BrokerContext, open_log
 from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
-from .records_adapter import BatchHeader, produced_batches
 
 __all__ = ["handle_init_producer_id", "handle_produce"]
 
@@ -83,16 +81,16 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
     try:
         log = open_log(store, topic, partition)
         logs.append(log)
-        batches = produced_batches(records or b"")
+        batches = decode_batches(records or b"")
         config = store.topic_config(topic)
         check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes,
                       where=f"{topic}-{partition}")
         base_offset = -1
-        for header, table in batches:
-            result = store.append(topic, partition, table.select(["key", "value", "timestamp", "headers"]),
-                                  producer_id=header.producer_id if header.producer_id >= 0 else None,
-                                  producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
-                                  transactional=header.is_transactional, flush=False)
+        for batch in batches:
+            result = store.append(topic, partition, batch.records.select(["key", "value", "timestamp", "headers"]),
+                                  producer_id=batch.producer_id if batch.producer_id >= 0 else None,
+                                  producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                                  transactional=batch.is_transactional, flush=False)
             if base_offset < 0:
                 base_offset = result.base_offset
         log_append = config.message_timestamp_type == "LogAppendTime"
@@ -102,17 +100,16 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
         return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
 
 
-def check_batches(batches: list[tuple[BatchHeader, pa.Table]], *, compacted: bool, max_message_bytes: int,
-                  where: str) -> None:
+def check_batches(batches: list[ProducedBatch], *, compacted: bool, max_message_bytes: int, where: str) -> None:
     """Kafka's checks of a partition's batches before any is appended (``LogValidator``): no control batch
     from a client, no batch larger than ``max.message.bytes``, no keyless record on a compacted topic."""
-    for header, table in batches:
-        if header.is_control:
+    for batch in batches:
+        if batch.is_control:
             raise InvalidRecordError(f"{where}: a client may not produce control batches")
-        if header.size_in_bytes > max_message_bytes:
-            raise RecordTooLargeError(f"{where}: a record batch of {header.size_in_bytes} bytes is larger than "
+        if batch.size_in_bytes > max_message_bytes:
+            raise RecordTooLargeError(f"{where}: a record batch of {batch.size_in_bytes} bytes is larger than "
                                       f"max.message.bytes={max_message_bytes}")
-        if compacted and table.column("key").null_count:
+        if compacted and batch.records.column("key").null_count:
             raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")
 
 

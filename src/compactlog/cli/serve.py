@@ -1,7 +1,11 @@
 """``compactlog serve``: the one long-running process of a data directory (:class:`compactlog.server.Server`):
 a cleaner pass every ``log.cleaner.backoff.ms`` with everything ``clean`` does (retention, transaction
 expiry, idle rolls, compaction; ``log.cleaner.enable`` honoured), and Prometheus metrics on
-``--metrics-address`` (default 127.0.0.1:9404, ``GET /metrics``). One line a pass on stderr.
+``--metrics-address`` (default 127.0.0.1:9404, ``GET /metrics``), and a Kafka-protocol listener that makes it
+a single-node broker for unmodified Kafka clients: ``--listeners`` (Kafka's syntax, default the
+``listeners`` of ``server.properties``, else PLAINTEXT://127.0.0.1:9092) and ``--advertised-listeners``.
+Once every endpoint listens it prints ``listening on NAME://host:port`` on stdout, one line a listener (a
+port 0 replaced by the port bound). One line a cleaner pass on stderr.
 
 Passes run on Spark (``local[*]``, or ``--spark-master URL``, else ``$COMPACTLOG_SPARK_MASTER``) as
 ``clean``'s do: the session starts when a pass first has a partition to clean and lives until the server
@@ -17,6 +21,7 @@ import importlib.util
 import logging
 from typing import Any
 
+from ..broker.listener import KafkaListener
 from ..cleaner.executor import OnDemandExecutor
 from ..cleaner_service import CleanerService
 from ..errors import ExecutorError
@@ -31,6 +36,11 @@ def add_parser(commands: Any) -> None:
                                 description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
     serve.add_argument("--metrics-address", metavar="HOST:PORT", default=DEFAULT_ADDRESS,
                        help=f"where /metrics listens (default {DEFAULT_ADDRESS})")
+    serve.add_argument("--listeners", metavar="LISTENERS",
+                       help="Kafka's listeners, e.g. PLAINTEXT://127.0.0.1:9092 (default: server.properties' "
+                            "listeners, else PLAINTEXT://127.0.0.1:9092)")
+    serve.add_argument("--advertised-listeners", metavar="LISTENERS",
+                       help="what Metadata tells clients to connect to (default: the listeners as bound)")
     where = serve.add_mutually_exclusive_group()
     where.add_argument("--in-process", action="store_true", help="clean in this process, without Spark")
     where.add_argument("--spark-master", metavar="URL",
@@ -92,7 +102,15 @@ def run(args: argparse.Namespace) -> int:
         # The endpoint reads through a store of its own: scrapes run on the HTTP server's threads. It starts
         # before the cleaner, so that a shutdown stops the cleaner first (at once: the endpoint's own stop
         # waits up to half a second for its serving loop).
+        overrides = {key: value for key, value in (("listeners", args.listeners),
+                                                   ("advertised.listeners", args.advertised_listeners)) if value}
+        listener = KafkaListener(store.data_dir, overrides)
         components += [MetricsEndpoint(DataDirectoryCollector(metrics_store, cleaner.dead_thread_count),
-                                       args.metrics_address), cleaner]
-        Server(components).run_until_signalled()
+                                       args.metrics_address), listener, cleaner]
+
+        def announce() -> None:
+            for bound in listener.server.bound:
+                print(f"listening on {bound}", flush=True)
+
+        Server(components).run_until_signalled(on_started=announce)
     return 0
