@@ -10,7 +10,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from compactlog import errors
 from compactlog.broker import error_codes
-from compactlog.broker.produce import check_batches
+from compactlog.broker.log_validator import check_batches
 from compactlog.protocol.record_batch import decode_batches
 
 
@@ -38,13 +38,15 @@ def _batch(keys: list[bytes | None]) -> bytes:
     return bytes(builder.build())
 
 
-def test_a_partitions_batches_are_all_checked_before_any_is_appended() -> None:
-    batches = decode_batches(_batch([b"a", b"b"]) + _batch([b"c", None]))
-    check_batches(batches, compacted=False, max_message_bytes=1000, where="t-0")
-    with pytest.raises(errors.InvalidRecordError, match="without a key"):  # the second batch's keyless record
-        check_batches(batches, compacted=True, max_message_bytes=1000, where="t-0")
+def test_a_partitions_batch_is_checked_as_kafkas_log_validator_does() -> None:
+    [batch] = decode_batches(_batch([b"c", None]))
+    check_batches([batch], compacted=False, max_message_bytes=1000, where="t-0")
+    with pytest.raises(errors.InvalidRecordError, match="without a key"):  # the keyless record
+        check_batches([batch], compacted=True, max_message_bytes=1000, where="t-0")
     with pytest.raises(errors.RecordTooLargeError, match=r"larger than max\.message\.bytes=200"):
-        check_batches(batches, compacted=False, max_message_bytes=200, where="t-0")
+        check_batches([batch], compacted=False, max_message_bytes=200, where="t-0")
+    with pytest.raises(errors.InvalidRecordError, match="2 record batches"):  # Kafka: one batch a partition
+        check_batches([batch, batch], compacted=False, max_message_bytes=1000, where="t-0")
 
 
 def test_alter_configs_replaces_the_overrides_and_incremental_changes_them(tmp_path) -> None:
