@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from bombs import MIB, gzip_bomb, lz4_bomb, snappy_bomb, zstd_bomb
 from broker import start_broker, stop_broker
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -17,6 +16,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from test_wire import TIMEOUT_S, Connection, batch, fetch, fetched_offsets, produce
 
 import compactlog
+from bombs import MIB, gzip_bomb, lz4_bomb, snappy_bomb, zstd_bomb
 from compactlog.broker.error_codes import (
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,

@@ -66,3 +66,20 @@ def test_alter_configs_replaces_the_overrides_and_incremental_changes_them(tmp_p
         assert (config.cleanup_policy, config.delete_retention_ms) == (("delete", "compact"), 86_400_000)
         (bad,) = _alter_all(store, [(TOPIC_RESOURCE, "t", {"cleanup.policy": (SET, "shred")}, False)], False)
         assert bad["error_code"] == error_codes.INVALID_CONFIG and "cleanup.policy" in bad["error_message"]
+
+
+def test_a_null_where_the_schema_has_no_nullable_versions_is_found() -> None:
+    from kafka.protocol.producer import ProduceRequest
+
+    from compactlog.broker.messages import null_field
+
+    def request(topic_data: list | None) -> ProduceRequest:
+        return ProduceRequest(version=9, transactional_id=None, acks=-1, timeout_ms=1, topic_data=topic_data)
+
+    def topic(partitions: list | None) -> ProduceRequest.TopicProduceData:
+        return ProduceRequest.TopicProduceData(version=9, name="t", partition_data=partitions)
+
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(version=9, index=0, records=None)
+    assert null_field(request([topic([partition])]), 9) is None  # transactional_id and records may be null
+    assert null_field(request(None), 9) == "topic_data"
+    assert null_field(request([topic([partition]), topic(None)]), 9) == "topic_data[1].partition_data"
