@@ -83,3 +83,19 @@ def test_a_null_where_the_schema_has_no_nullable_versions_is_found() -> None:
     assert null_field(request([topic([partition])]), 9) is None  # transactional_id and records may be null
     assert null_field(request(None), 9) == "topic_data"
     assert null_field(request([topic([partition]), topic(None)]), 9) == "topic_data[1].partition_data"
+
+
+def test_only_a_v2_batch_with_the_transactional_bit_makes_a_request_transactional() -> None:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    from compactlog.broker.log_validator import has_transactional_records
+
+    def transactional(is_transactional: bool) -> bytes:
+        builder = DefaultRecordBatchBuilder(2, 0, is_transactional, 7, 0, 0, 1 << 20)
+        builder.append(0, 1, b"k", b"v", [])
+        return bytes(builder.build())
+
+    legacy = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+    legacy.append(0, 0x10 << 24, b"k", b"v")  # this timestamp byte sits where v2 has the attributes' low byte
+    assert has_transactional_records([None, transactional(False), transactional(True)])
+    assert not has_transactional_records([None, b"", transactional(False), bytes(legacy.build())])

@@ -43,8 +43,8 @@ def check_records(records: bytes | None, where: str) -> None:
 
 def has_transactional_records(partitions_records: list[bytes | None]) -> bool:
     """Whether any partition's first batch is transactional (Kafka's ``RequestUtils.hasTransactionalRecords``
-    looks at the first batch of each partition)."""
-    return any(records is not None and len(records) > ATTRIBUTES_LOW_BYTE
+    looks at the first batch of each partition; v0/v1 messages are never transactional)."""
+    return any(records is not None and len(records) > ATTRIBUTES_LOW_BYTE and records[MAGIC_POSITION] == MAGIC
                and records[ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_BIT for records in partitions_records)
 
 
