@@ -133,3 +133,14 @@ def test_what_kafkas_log_validator_refuses_is_refused_with_its_code(served: tupl
     for acks in (2, -2, 5):
         assert produce_with(conn, batch([(b"k", b"v")]), acks=acks).error_code == INVALID_REQUIRED_ACKS
     assert produce_with(conn, batch([(b"k", b"v")])).base_offset == 0  # nothing above was appended
+
+
+def test_inner_offsets_out_of_step_are_renumbered_as_kafka_rewrites_them(served: tuple[int, Connection]) -> None:
+    _, conn = served
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    builder.append(0, 1, b"a", b"1", [])
+    builder.append(5, 1, b"b", b"2", [])  # offsetDelta 5 for the second of two records
+    records = bytes(builder.build())[61:]
+    answer = produce_with(conn, raw_batch(records, count=2, last_offset_delta=1))
+    assert (answer.error_code, answer.base_offset) == (NONE, 0)
+    assert fetched_offsets(fetch(conn, "t", 0)) == [0, 1]
