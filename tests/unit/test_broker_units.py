@@ -10,7 +10,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from compactlog import errors
 from compactlog.broker import error_codes
-from compactlog.broker.produce import check_batches
+from compactlog.broker.log_validator import check_batches
 from compactlog.protocol.record_batch import decode_batches
 
 
@@ -38,13 +38,15 @@ def _batch(keys: list[bytes | None]) -> bytes:
     return bytes(builder.build())
 
 
-def test_a_partitions_batches_are_all_checked_before_any_is_appended() -> None:
-    batches = decode_batches(_batch([b"a", b"b"]) + _batch([b"c", None]))
-    check_batches(batches, compacted=False, max_message_bytes=1000, where="t-0")
-    with pytest.raises(errors.InvalidRecordError, match="without a key"):  # the second batch's keyless record
-        check_batches(batches, compacted=True, max_message_bytes=1000, where="t-0")
+def test_a_partitions_batch_is_checked_as_kafkas_log_validator_does() -> None:
+    [batch] = decode_batches(_batch([b"c", None]))
+    check_batches([batch], compacted=False, max_message_bytes=1000, where="t-0")
+    with pytest.raises(errors.InvalidRecordError, match="without a key"):  # the keyless record
+        check_batches([batch], compacted=True, max_message_bytes=1000, where="t-0")
     with pytest.raises(errors.RecordTooLargeError, match=r"larger than max\.message\.bytes=200"):
-        check_batches(batches, compacted=False, max_message_bytes=200, where="t-0")
+        check_batches([batch], compacted=False, max_message_bytes=200, where="t-0")
+    with pytest.raises(errors.InvalidRecordError, match="2 record batches"):  # Kafka: one batch a partition
+        check_batches([batch, batch], compacted=False, max_message_bytes=1000, where="t-0")
 
 
 def test_alter_configs_replaces_the_overrides_and_incremental_changes_them(tmp_path) -> None:
@@ -64,3 +66,36 @@ def test_alter_configs_replaces_the_overrides_and_incremental_changes_them(tmp_p
         assert (config.cleanup_policy, config.delete_retention_ms) == (("delete", "compact"), 86_400_000)
         (bad,) = _alter_all(store, [(TOPIC_RESOURCE, "t", {"cleanup.policy": (SET, "shred")}, False)], False)
         assert bad["error_code"] == error_codes.INVALID_CONFIG and "cleanup.policy" in bad["error_message"]
+
+
+def test_a_null_where_the_schema_has_no_nullable_versions_is_found() -> None:
+    from kafka.protocol.producer import ProduceRequest
+
+    from compactlog.broker.messages import null_field
+
+    def request(topic_data: list | None) -> ProduceRequest:
+        return ProduceRequest(version=9, transactional_id=None, acks=-1, timeout_ms=1, topic_data=topic_data)
+
+    def topic(partitions: list | None) -> ProduceRequest.TopicProduceData:
+        return ProduceRequest.TopicProduceData(version=9, name="t", partition_data=partitions)
+
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(version=9, index=0, records=None)
+    assert null_field(request([topic([partition])]), 9) is None  # transactional_id and records may be null
+    assert null_field(request(None), 9) == "topic_data"
+    assert null_field(request([topic([partition]), topic(None)]), 9) == "topic_data[1].partition_data"
+
+
+def test_only_a_v2_batch_with_the_transactional_bit_makes_a_request_transactional() -> None:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    from compactlog.broker.log_validator import has_transactional_records
+
+    def transactional(is_transactional: bool) -> bytes:
+        builder = DefaultRecordBatchBuilder(2, 0, is_transactional, 7, 0, 0, 1 << 20)
+        builder.append(0, 1, b"k", b"v", [])
+        return bytes(builder.build())
+
+    legacy = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+    legacy.append(0, 0x10 << 24, b"k", b"v")  # this timestamp byte sits where v2 has the attributes' low byte
+    assert has_transactional_records([None, transactional(False), transactional(True)])
+    assert not has_transactional_records([None, b"", transactional(False), bytes(legacy.build())])

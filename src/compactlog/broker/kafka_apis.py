@@ -47,7 +47,7 @@ from ..errors import MalformedRequestError
 from . import fetch, metadata, produce, topic_admin
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
-from .messages import build
+from .messages import build, null_field
 
 __all__ = ["APIS", "Api", "KafkaApis"]
 
@@ -122,6 +122,9 @@ class KafkaApis:
         except Exception as e:  # the decoder raises whatever a bad byte leads it to (struct.error, ...)
             raise MalformedRequestError(f"{api.request.name} v{version} cannot be decoded: "
                                         f"{type(e).__name__}: {e}") from e
+        null = null_field(request, version)
+        if null is not None:
+            raise MalformedRequestError(f"{api.request.name} v{version}: non-nullable field {null} is null")
         fields = await api.handler(self.context, request, version, listener)
         if fields is None:
             return None

@@ -7,6 +7,8 @@ adapter uses, runs on Python 3.10 (kio needs 3.11, the project supports 3.10), a
 compiled per-version encoders. So one maintained dependency serves the messages, the records and the
 tests' client, and no message is written by hand here.
 
+:func:`null_field` finds a null that a decoded request may not hold.
+
 :func:`build` makes a message (or a nested struct) of a version from plain values: nested structs from
 dicts, arrays of structs from lists of dicts; fields left out take the schema's defaults, fields that
 ``version`` does not have are dropped.
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["build"]
+__all__ = ["build", "null_field"]
 
 
 def build(container: Any, version: int, values: Mapping[str, Any]) -> Any:
@@ -36,3 +38,29 @@ def build(container: Any, version: int, values: Mapping[str, Any]) -> Any:
         else:
             converted[name] = value
     return container(version=version, **converted)
+
+
+def null_field(message: Any, version: int) -> str | None:
+    """The path of the first field of a decoded ``message`` (or struct) that is null although ``version``
+    does not allow it (an array, struct or string of length -1 where the schema has no nullableVersions),
+    else None. kafka-python decodes such a field as None; Kafka's generated readers refuse it ("non-nullable
+    field ... was serialized as null"), and so does the broker, before any handler sees it."""
+    for name, field in type(message).fields.items():
+        if not field.for_version_q(version):
+            continue
+        value = getattr(message, name, None)
+        if value is None:
+            if not field.nullable_for_version_q(version) and (field.is_array() or field.is_struct()
+                                                              or field.type_str in ("string", "bytes")):
+                return name
+            continue
+        if field.is_struct_array():
+            for index, item in enumerate(value):
+                inner = null_field(item, version)
+                if inner is not None:
+                    return f"{name}[{index}].{inner}"
+        elif field.is_struct():
+            inner = null_field(value, version)
+            if inner is not None:
+                return f"{name}.{inner}"
+    return None

@@ -5,9 +5,10 @@ Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
 * ``acks`` is 0, 1 or -1 (all); anything else is INVALID_REQUIRED_ACKS. With one replica 1 and -1 mean the
   same: the response goes out once the records are durable, their fsync shared with the other requests of
   the moment (:mod:`.group_commit`). ``acks=0`` gets no response at all;
-* a partition's records are decoded and checked (CRC, v2 format; :func:`check_batches`) before any is
-  appended: a bad batch is CORRUPT_MESSAGE, a batch larger than ``max.message.bytes`` MESSAGE_TOO_LARGE,
-  and the partition's batches are all refused;
+* a partition's records are decoded and checked (CRC, v2 format; Kafka's LogValidator in
+  :mod:`.log_validator`) before any is appended: a bad batch is CORRUPT_MESSAGE, a batch larger than
+  ``max.message.bytes`` (or whose records decompress past 32 times that) MESSAGE_TOO_LARGE, and the
+  partition's batches are all refused; transactional batches are refused (:mod:`.log_validator`);
 * each batch is one append; an idempotent batch (producer id >= 0) carries its producer id, epoch and
   base sequence to the store, which answers a retried batch with its original offsets (Kafka answers a
   duplicate with NONE and the first offset it stored), a sequence gap with OUT_OF_ORDER_SEQUENCE_NUMBER and
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CompactLogError, InvalidRecordError, RecordTooLargeError
+from ..errors import CompactLogError
 from ..limits import INT_MAX
 from ..log import Log
-from ..protocol.record_batch import ProducedBatch, decode_batches
+from ..protocol.record_batch import decode_batches
 from ..store import Store
 from .context import BrokerContext, open_log
-from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, error_code
+from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_code
+from .log_validator import check_batches, check_records, has_transactional_records
 
 __all__ = ["handle_init_producer_id", "handle_produce"]
 
@@ -43,7 +45,10 @@ MAX_EPOCH = 32767
 async def handle_produce(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any] | None:
     acks = request.acks
     work = [(topic.name, p.index, p.records) for topic in request.topic_data for p in topic.partition_data]
-    if acks in (0, 1, -1):
+    if request.transactional_id is None and has_transactional_records([records for _, _, records in work]):
+        results = [_partition_result(partition, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, NO_TIMESTAMP, -1, None)
+                   for _, partition, _ in work]
+    elif acks in (0, 1, -1):
         results, logs = await context.run(_append_all, context.store, work)
         try:
             await context.group_commit.durable(logs)
@@ -81,10 +86,11 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
     try:
         log = open_log(store, topic, partition)
         logs.append(log)
-        batches = decode_batches(records or b"")
         config = store.topic_config(topic)
-        check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes,
-                      where=f"{topic}-{partition}")
+        where = f"{topic}-{partition}"
+        check_records(records, where)
+        batches = decode_batches(records or b"", config.max_message_bytes)
+        check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes, where=where)
         base_offset = -1
         for batch in batches:
             result = store.append(topic, partition, batch.records.select(["key", "value", "timestamp", "headers"]),
@@ -98,19 +104,6 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
                                  log.log_start_offset, None)
     except CompactLogError as e:
         return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
-
-
-def check_batches(batches: list[ProducedBatch], *, compacted: bool, max_message_bytes: int, where: str) -> None:
-    """Kafka's checks of a partition's batches before any is appended (``LogValidator``): no control batch
-    from a client, no batch larger than ``max.message.bytes``, no keyless record on a compacted topic."""
-    for batch in batches:
-        if batch.is_control:
-            raise InvalidRecordError(f"{where}: a client may not produce control batches")
-        if batch.size_in_bytes > max_message_bytes:
-            raise RecordTooLargeError(f"{where}: a record batch of {batch.size_in_bytes} bytes is larger than "
-                                      f"max.message.bytes={max_message_bytes}")
-        if compacted and batch.records.column("key").null_count:
-            raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")
 
 
 async def handle_init_producer_id(context: BrokerContext, request: Any, version: int,

@@ -21,17 +21,26 @@ code  codec   wire format
 
 Codes 5-7 are not defined: :class:`~compactlog.errors.UnsupportedCompressionTypeError`. Bytes a codec cannot
 decompress are a :class:`~compactlog.errors.CorruptRecordError`.
+
+Decompression is bounded (a few KiB of zstd or snappy can claim gigabytes): :func:`decompress` takes the most
+bytes the records may decompress to and stops as soon as they would pass it, with a
+:class:`~compactlog.errors.RecordTooLargeError`, having held at most that much (plus one step) in memory.
+gzip and lz4 stop at ``max_length``; zstd is fed ``ZSTD_INPUT_STEP`` bytes at a time (a zstd block of 128 KiB
+takes as little as 4 bytes, so a step yields at most about 32768 times its size); snappy's uncompressed
+length (the varint that opens a raw block, of each block in xerial framing) is checked before the block is
+decompressed.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
 
 import cramjam
 import lz4.frame
 import zstandard
 
-from ..errors import CorruptRecordError, UnsupportedCompressionTypeError
+from ..errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
 
 NONE = 0
 GZIP = 1
@@ -47,6 +56,9 @@ _BLOCK_LENGTH = struct.Struct(">i")
 ZSTD_LEVEL = 3
 _zstd_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 _zstd_decompressor = zstandard.ZstdDecompressor()
+ZSTD_INPUT_STEP = 1024
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
+UNLIMITED = (1 << 63) - 1
 
 
 def check_codec(compression: int) -> None:
@@ -70,27 +82,89 @@ def compress(compression: int, data: bytes | bytearray | memoryview) -> bytes:
     raise ValueError("compress() of uncompressed records")
 
 
-def decompress(compression: int, data: memoryview) -> bytes:
-    """The records section of a batch compressed with ``compression`` (not 0), decompressed."""
+def decompress(compression: int, data: memoryview, limit: int = UNLIMITED) -> bytes:
+    """The records section of a batch compressed with ``compression`` (not 0), decompressed; a
+    :class:`RecordTooLargeError` as soon as it would pass ``limit`` bytes."""
     check_codec(compression)
     try:
         if compression == GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return _gzip(data, limit)
         if compression == SNAPPY:
             if len(data) > 16 and data[:8] == XERIAL_MAGIC:
-                return _xerial_blocks(data)
-            return bytes(cramjam.snappy.decompress_raw(data))
+                return _xerial_blocks(data, limit)
+            return _snappy_block(data, limit, 0)
         if compression == LZ4:
-            return lz4.frame.decompress(data)
-        if compression == ZSTD:
-            stream = _zstd_decompressor.decompressobj()
-            records = stream.decompress(data)
+            stream = lz4.frame.LZ4FrameDecompressor()
+            records = stream.decompress(data, max_length=_bounded(limit))
+            _check_size(compression, len(records), limit)
             if not stream.eof:
-                raise CorruptRecordError("zstd records end before their frame does")
+                raise CorruptRecordError("lz4 records end before their frame does")
             return records
-    except (cramjam.DecompressionError, RuntimeError, zstandard.ZstdError) as e:  # lz4.frame: RuntimeError
+        if compression == ZSTD:
+            return _zstd(data, limit)
+    except (cramjam.DecompressionError, RuntimeError, zstandard.ZstdError, zlib.error) as e:  # lz4: RuntimeError
         raise CorruptRecordError(f"{NAMES[compression]} records do not decompress: {e}") from e
     raise ValueError("decompress() of uncompressed records")
+
+
+def _bounded(limit: int) -> int:
+    """The ``max_length`` that tells a limit's passing (one byte past it) from its reaching."""
+    return min(limit, UNLIMITED - 1) + 1
+
+
+def _check_size(compression: int, size: int, limit: int) -> None:
+    if size > limit:
+        raise RecordTooLargeError(f"{NAMES[compression]} records decompress to more than {limit} bytes")
+
+
+def _gzip(data: memoryview, limit: int) -> bytes:
+    """A gzip stream of one or more members (as GZIPInputStream reads them), at most ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    rest: bytes | memoryview = data
+    while True:
+        stream = zlib.decompressobj(GZIP_WBITS)
+        part = stream.decompress(rest, _bounded(limit - size))
+        size += len(part)
+        _check_size(GZIP, size, limit)
+        parts.append(part)
+        if not stream.eof:
+            raise CorruptRecordError("gzip records end before their stream does")
+        rest = stream.unused_data
+        if not rest:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _zstd(data: memoryview, limit: int) -> bytes:
+    stream = _zstd_decompressor.decompressobj()
+    parts: list[bytes] = []
+    size = 0
+    for start in range(0, len(data), ZSTD_INPUT_STEP):
+        part = stream.decompress(data[start:start + ZSTD_INPUT_STEP])
+        size += len(part)
+        _check_size(ZSTD, size, limit)
+        parts.append(part)
+        if stream.eof:
+            break
+    if not stream.eof:
+        raise CorruptRecordError("zstd records end before their frame does")
+    return b"".join(parts)
+
+
+def _snappy_block(block: memoryview, limit: int, position: int, before: int = 0) -> bytes:
+    """One raw snappy block, refused before decompressing if its uncompressed length (a little-endian
+    base-128 varint of at most 5 bytes opening the block) and the ``before`` bytes of earlier blocks pass
+    ``limit``."""
+    length = shift = 0
+    for i in range(min(5, len(block))):
+        length |= (block[i] & 0x7F) << shift
+        shift += 7
+        if not block[i] & 0x80:
+            break
+    else:
+        raise CorruptRecordError(f"snappy block at byte {position}: no uncompressed length")
+    _check_size(SNAPPY, before + length, limit)
+    return bytes(cramjam.snappy.decompress_raw(block))
 
 
 def _xerial_snappy(data: memoryview) -> bytes:
@@ -101,9 +175,10 @@ def _xerial_snappy(data: memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _xerial_blocks(data: memoryview) -> bytes:
+def _xerial_blocks(data: memoryview, limit: int) -> bytes:
     parts = []
     position = 16
+    size = 0
     while position < len(data):
         if len(data) - position < 4:
             raise CorruptRecordError(f"xerial snappy block length truncated at byte {position}")
@@ -111,6 +186,8 @@ def _xerial_blocks(data: memoryview) -> bytes:
         position += 4
         if length < 0 or length > len(data) - position:
             raise CorruptRecordError(f"xerial snappy block of {length} bytes at byte {position} passes the end")
-        parts.append(bytes(cramjam.snappy.decompress_raw(data[position:position + length])))
+        part = _snappy_block(data[position:position + length], limit, position, size)
+        size += len(part)
+        parts.append(part)
         position += length
     return b"".join(parts)

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CorruptRecordError, InvalidRecordError
+from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, HEADER_TYPE, header_bytes
 from . import _record_batch
 from .batch_plan import batch_starts
@@ -74,6 +74,13 @@ CONTROL_VALUE = struct.pack(">hi", 0, 0)
 # A fetch's batches are closed once their records reach this many bytes (a soft target: a batch holds at
 # least one record), so that a run of one producer's rows does not become one batch a client must take whole.
 DEFAULT_BATCH_BYTES = 1 << 20
+
+# A produced batch's records may decompress to at most this many times the largest batch accepted (Kafka's
+# max.message.bytes applies to the batch as sent): generous for records (keyed JSON compresses 5-20x), and
+# it bounds the memory one produced batch can take at about 32 max.message.bytes instead of whatever a
+# decompression bomb claims. Never more than a binary column holds (2 GiB).
+DECOMPRESSION_RATIO_LIMIT = 32
+MAX_RECORDS_BYTES = (1 << 31) - 1
 
 RECORDS_SCHEMA = pa.schema([
     pa.field("offset_delta", pa.int32(), nullable=False),
@@ -112,10 +119,20 @@ class ProducedBatch:
     records: pa.Table
 
 
-def decode_batches(data: bytes | bytearray | memoryview) -> list[ProducedBatch]:
+def records_limit(max_batch_bytes: int | None) -> int:
+    """The most bytes a batch's records may decompress to when batches are at most ``max_batch_bytes``."""
+    if max_batch_bytes is None:
+        return MAX_RECORDS_BYTES
+    return min(max(max_batch_bytes, 1) * DECOMPRESSION_RATIO_LIMIT, MAX_RECORDS_BYTES)
+
+
+def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | None = None) -> list[ProducedBatch]:
     """Every batch in ``data`` (a produce request's records), validated: magic 2, batch length, CRC-32C,
     record count, every record's varints and lengths. Any violation (also a batch cut short at the end)
-    raises :class:`CorruptRecordError`; an unknown codec :class:`UnsupportedCompressionTypeError`."""
+    raises :class:`CorruptRecordError`; an unknown codec :class:`UnsupportedCompressionTypeError`. With
+    ``max_batch_bytes``, a batch larger than that, or whose records decompress past
+    :func:`records_limit` of it, is a :class:`RecordTooLargeError`, raised before any batch is decompressed
+    (for the size) or as soon as the limit is passed (for the records)."""
     view = memoryview(data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
@@ -127,11 +144,15 @@ def decode_batches(data: bytes | bytearray | memoryview) -> list[ProducedBatch]:
     compression = attributes & COMPRESSION_MASK
     for code in np.unique(compression):
         check_codec(int(code))
+    if max_batch_bytes is not None and len(fields) and int(fields[:, 1].max()) + LOG_OVERHEAD > max_batch_bytes:
+        size = int(fields[:, 1].max()) + LOG_OVERHEAD
+        raise RecordTooLargeError(f"a record batch of {size} bytes is larger than {max_batch_bytes} bytes")
+    limit = records_limit(max_batch_bytes)
     # A batch of no records (the header Kafka's cleaner keeps) is read as Kafka reads it: whatever its
     # records section holds, no records.
     sections: list[memoryview | bytes] = [
         b"" if not count else view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length] if not codec
-        else decompress(codec, view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length])
+        else decompress(codec, view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length], limit)
         for start, length, count, codec in zip(fields[:, 13].tolist(), fields[:, 1].tolist(), fields[:, 12].tolist(),
                                                 compression.tolist(), strict=True)]
     counts = np.ascontiguousarray(fields[:, 12], np.int32)
