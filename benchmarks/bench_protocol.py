@@ -82,14 +82,29 @@ def consume(broker: str, records: int, client_config: dict[str, object]) -> floa
     return elapsed
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_compactlog(records: int, keys: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as data_dir:
         with compactlog.open(data_dir) as store:
             store.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
         proc, broker = start_broker(data_dir)
         try:
-            return (produce(broker, records, keys, {"enable.idempotence": True}),
-                    consume(broker, records, {}))
+            cpu_start = cpu_seconds(proc.pid)
+            produced = produce(broker, records, keys, {"enable.idempotence": True})
+            cpu_produced = cpu_seconds(proc.pid)
+            consumed = consume(broker, records, {})
+            cpu_consumed = cpu_seconds(proc.pid)
+            print(f"broker CPU: produce {cpu_produced - cpu_start:.2f} s, consume {cpu_consumed - cpu_produced:.2f} s")
+            return produced, consumed
         finally:
             proc.terminate()
             proc.wait(30)
