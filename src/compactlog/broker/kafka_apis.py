@@ -110,7 +110,7 @@ class KafkaApis:
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
 
-    async def handle(self, frame: bytes, listener: str) -> bytes | PendingResponse | None:
+    async def handle(self, frame: bytes, listener: str) -> bytearray | PendingResponse | None:
         if len(frame) < _HEADER.size + 2:  # + the client id's length
             raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than a request header")
         api_key, version, correlation_id = _HEADER.unpack_from(frame)
@@ -138,11 +138,11 @@ class KafkaApis:
 
 
 async def _encode_when_ready(fields: asyncio.Future[Fields], response: Any, version: int,
-                             correlation_id: int) -> bytes:
+                             correlation_id: int) -> bytearray:
     return _encode(response, version, correlation_id, await fields)
 
 
-def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytes:
+def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytearray:
     message = build(response, version, fields)
     message.with_header(correlation_id=correlation_id)
-    return bytes(message.encode(header=True, framed=True))
+    return message.encode(header=True, framed=True)  # a bytearray of its own: sent as is, not copied again

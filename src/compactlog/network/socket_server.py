@@ -47,12 +47,12 @@ class PendingResponse:
 
     __slots__ = ("frame",)
 
-    def __init__(self, frame: asyncio.Future[bytes | None]) -> None:
+    def __init__(self, frame: asyncio.Future[bytes | bytearray | None]) -> None:
         self.frame = frame
 
 
 # (frame without its size prefix, listener name) -> a response frame with its size prefix, None, or pending.
-RequestHandler = Callable[[bytes, str], Awaitable["bytes | PendingResponse | None"]]
+RequestHandler = Callable[[bytes, str], Awaitable["bytes | bytearray | PendingResponse | None"]]
 SIZE_BYTES = 4
 # Requests of one connection handled but not yet answered, at most (librdkafka sends up to 5 at a time).
 MAX_PENDING_RESPONSES = 8
@@ -196,7 +196,7 @@ class SocketServer:
             if response is None or failed:
                 continue
             try:
-                writer.write(cast(bytes, response))
+                writer.write(cast(bytes | bytearray, response))
                 await writer.drain()
             except ConnectionError:
                 failed = True
