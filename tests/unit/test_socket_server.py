@@ -1,11 +1,12 @@
-"""The socket server's framing of pending responses: a connection handles its next requests while an earlier
-response waits, and the responses go out in the order of the requests."""
+"""The socket server's pending responses: a connection handles its next requests while an earlier response
+waits, the responses go out in the order of the requests, and shutdown does not wait for a pending one."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import struct
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -26,12 +27,14 @@ class _Handler:
     def __init__(self) -> None:
         self.waiting: asyncio.Future[bytes | None] | None = None
         self.handled: list[bytes] = []
+        self.received_wait = threading.Event()  # set once a "wait" request is handled
 
     async def __call__(self, frame: bytes, listener: str) -> bytes | PendingResponse | None:
         self.handled.append(frame)
         loop = asyncio.get_running_loop()
         if frame.startswith(b"wait"):
             self.waiting = loop.create_future()
+            self.received_wait.set()
             return PendingResponse(self.waiting)
         if frame == b"fail":
             failed: asyncio.Future[bytes | None] = loop.create_future()
@@ -80,3 +83,16 @@ def test_a_failed_pending_response_closes_its_connection_after_the_earlier_respo
         assert _read_frame(stream) == b"answer to first"
         with pytest.raises(ConnectionError):
             _read_frame(stream)
+
+
+def test_shutdown_does_not_wait_for_a_response_still_pending() -> None:
+    handler = _Handler()
+    server = SocketServer([Listener("PLAINTEXT", "127.0.0.1", 0)], 1 << 20, handler)
+    server.start()
+    stopper = threading.Thread(target=server.shutdown, daemon=True)
+    with socket.create_connection(("127.0.0.1", server.bound[0].port), timeout=10) as conn:
+        conn.sendall(_frame(b"wait"))  # its response stays pending: no "go" follows
+        assert handler.received_wait.wait(10)
+        stopper.start()
+        stopper.join(10)
+    assert not stopper.is_alive(), "shutdown hung on a pending response"

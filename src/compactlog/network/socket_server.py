@@ -154,6 +154,7 @@ class SocketServer:
         peer = writer.get_extra_info("peername")
         responses: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING_RESPONSES)
         sender = asyncio.get_running_loop().create_task(self._send(responses, writer, peer))
+        shutting_down = False
         try:
             while not sender.done():
                 frame = await self._read_frame(reader, peer)
@@ -167,16 +168,22 @@ class SocketServer:
                 await responses.put(response)
         except (ConnectionError, asyncio.IncompleteReadError):
             return  # the client went away; nothing to answer
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the server shuts down: unanswered requests stay unanswered
+            shutting_down = True
             sender.cancel()
             raise
         except Exception:  # a handler's bug: this connection ends, the server goes on
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            if not sender.done():  # the responses of the requests handled so far still go out
-                await responses.put(_END)
-                await sender
-            writer.close()
+            try:
+                if not sender.done() and not shutting_down:  # the responses of the requests so far go out
+                    await responses.put(_END)
+                    await sender
+            except asyncio.CancelledError:  # the server shut down meanwhile
+                sender.cancel()
+                raise
+            finally:
+                writer.close()
 
     async def _send(self, responses: asyncio.Queue[object], writer: asyncio.StreamWriter, peer: object) -> None:
         """Write the responses in the order of their requests, each once ready, until :data:`_END`. After a
