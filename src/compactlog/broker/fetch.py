@@ -118,7 +118,9 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
     taken: list[pa.Table] = []
     used = 0
     for table in log.read_tables(read.fetch_offset, end, columns=FETCH_COLUMNS, include_control=True):
-        kept = table.filter(pc.not_equal(table.column("control_type"), CONTROL_EMPTY_BATCH))
+        keep = pc.not_equal(table.column("control_type"), CONTROL_EMPTY_BATCH)
+        # Filtering copies every column: done only when some row goes.
+        kept = table if keep.null_count == 0 and pc.all(keep).as_py() else table.filter(keep)
         if kept.num_rows == 0:
             continue
         sizes = _record_sizes(kept)

@@ -16,12 +16,16 @@ Rules, as Kafka's:
 * a handler answers errors as error codes in the response (:mod:`.error_codes`), never as exceptions.
 
 Handlers are ``async (context, request, version, listener name) -> dict of response fields | None``
-(None: no response, a Produce with ``acks=0``); their blocking store calls run in the context's thread
-pool (:mod:`.context`).
+(None: no response, a Produce with ``acks=0``), or a future of the fields when the request has taken
+effect but its response must wait (a Produce for its fsync): the socket server then handles the
+connection's next requests meanwhile and sends the responses in order
+(:class:`~compactlog.network.socket_server.PendingResponse`). Their blocking store calls run in the
+context's thread pool (:mod:`.context`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -44,6 +48,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, Met
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from ..errors import MalformedRequestError
+from ..network.socket_server import PendingResponse
 from . import fetch, metadata, produce, topic_admin
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
@@ -54,7 +59,8 @@ __all__ = ["APIS", "Api", "KafkaApis"]
 _HEADER = struct.Struct(">hhi")  # api key, api version, correlation id: the start of every request header
 
 
-Handler = Callable[[BrokerContext, Any, int, str], Awaitable[dict[str, Any] | None]]
+Fields = dict[str, Any]
+Handler = Callable[[BrokerContext, Any, int, str], Awaitable["Fields | asyncio.Future[Fields] | None"]]
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ class KafkaApis:
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
 
-    async def handle(self, frame: bytes, listener: str) -> bytes | None:
+    async def handle(self, frame: bytes, listener: str) -> bytearray | PendingResponse | None:
         if len(frame) < _HEADER.size + 2:  # + the client id's length
             raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than a request header")
         api_key, version, correlation_id = _HEADER.unpack_from(frame)
@@ -128,10 +134,18 @@ class KafkaApis:
         fields = await api.handler(self.context, request, version, listener)
         if fields is None:
             return None
+        if isinstance(fields, asyncio.Future):
+            return PendingResponse(asyncio.ensure_future(_encode_when_ready(fields, api.response, version,
+                                                                            correlation_id)))
         return _encode(api.response, version, correlation_id, fields)
 
 
-def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytes:
+async def _encode_when_ready(fields: asyncio.Future[Fields], response: Any, version: int,
+                             correlation_id: int) -> bytearray:
+    return _encode(response, version, correlation_id, await fields)
+
+
+def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytearray:
     message = build(response, version, fields)
     message.with_header(correlation_id=correlation_id)
-    return bytes(message.encode(header=True, framed=True))
+    return message.encode(header=True, framed=True)  # a bytearray of its own: sent as is, not copied again

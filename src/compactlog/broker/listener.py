@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pyarrow as pa
+
 from ..network.socket_server import SocketServer
 from ..server_config import load_server_config
 from ..store import open_store
@@ -28,6 +30,9 @@ class KafkaListener:
                                    on_bound=self.context.set_bound)
 
     def start(self) -> None:
+        # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the
+        # appends and reads of requests do: done here, so that the first request does not wait for it.
+        pa.scalar(0, pa.int64())
         self.server.start()
 
     def shutdown(self) -> None:

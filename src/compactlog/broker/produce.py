@@ -25,6 +25,7 @@ the same id with the epoch bumped. Transactional ids are issue 19's: answered IN
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..errors import CompactLogError
@@ -42,26 +43,41 @@ NO_TIMESTAMP = -1
 MAX_EPOCH = 32767
 
 
-async def handle_produce(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any] | None:
+async def handle_produce(context: BrokerContext, request: Any, version: int,
+                         listener: str) -> dict[str, Any] | asyncio.Future[dict[str, Any]] | None:
+    """Append now; the response waits for the fsync (a future: the connection handles its next requests
+    meanwhile, so pipelined Produce requests append while the earlier ones' fsync runs)."""
     acks = request.acks
     work = [(topic.name, p.index, p.records) for topic in request.topic_data for p in topic.partition_data]
     if request.transactional_id is None and has_transactional_records([records for _, _, records in work]):
         results = [_partition_result(partition, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, NO_TIMESTAMP, -1, None)
                    for _, partition, _ in work]
-    elif acks in (0, 1, -1):
-        results, logs = await context.run(_append_all, context.store, work)
-        try:
-            await context.group_commit.durable(logs)
-        except CompactLogError as e:  # the fsync failed: no partition's records are known to be durable
-            for result in results:
-                if result["error_code"] == NONE:
-                    result.update(error_code=error_code(e), base_offset=-1, error_message=str(e))
-        context.purgatory.notify((topic, partition) for topic, partition, _ in work)
-    else:
+        return None if acks == 0 else _response(work, results)
+    if acks not in (0, 1, -1):
         results = [_partition_result(partition, INVALID_REQUIRED_ACKS, -1, NO_TIMESTAMP, -1, None)
                    for _, partition, _ in work]
+        return _response(work, results)
+    results, logs = await context.run(_append_all, context.store, work)
+    durable = asyncio.ensure_future(_when_durable(context, work, results, logs))
     if acks == 0:
+        await durable
         return None
+    return durable
+
+
+async def _when_durable(context: BrokerContext, work: list[tuple[str, int, bytes | None]],
+                        results: list[dict[str, Any]], logs: list[Log]) -> dict[str, Any]:
+    try:
+        await context.group_commit.durable(logs)
+    except CompactLogError as e:  # the fsync failed: no partition's records are known to be durable
+        for result in results:
+            if result["error_code"] == NONE:
+                result.update(error_code=error_code(e), base_offset=-1, error_message=str(e))
+    context.purgatory.notify((topic, partition) for topic, partition, _ in work)
+    return _response(work, results)
+
+
+def _response(work: list[tuple[str, int, bytes | None]], results: list[dict[str, Any]]) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, _, _), result in zip(work, results, strict=True):
         by_topic.setdefault(topic, []).append(result)

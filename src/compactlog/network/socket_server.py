@@ -2,8 +2,13 @@
 
 A request and a response are each a frame: a big-endian int32 size, then that many bytes. The server reads
 one frame from a connection, hands it to the request handler with the name of the listener it arrived on,
-writes the handler's response frame (None: no response, as for ``acks=0``), then reads the next: so the
-responses of one connection go out in the order of its requests, as Kafka's muted channels have it.
+and reads the next once the handler returns: so the requests of one connection take effect in their order,
+as Kafka's muted channels have it. The handler answers a response frame (None: no response, as for
+``acks=0``) or a :class:`PendingResponse`: the request has taken effect but its response waits for
+something (a Produce for the fsync its records share with others). The connection then reads and handles
+its next requests meanwhile, up to :data:`MAX_PENDING_RESPONSES` unanswered, so the appends of a client's
+pipelined Produce requests overlap the fsyncs of the earlier ones; a sender task writes the responses in
+the order of the requests, each once it is ready.
 
 A frame larger than ``socket.request.max.bytes`` (or of negative size), one cut short by a closed
 connection, or one the handler refuses as malformed (:class:`~compactlog.errors.MalformedRequestError`)
@@ -26,17 +31,32 @@ import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from typing import cast
 
 from ..errors import MalformedRequestError
 from ..server_config import Listener
 
-__all__ = ["RequestHandler", "SocketServer"]
+__all__ = ["MAX_PENDING_RESPONSES", "PendingResponse", "RequestHandler", "SocketServer"]
 
 log = logging.getLogger("compactlog.network")
 
-# (frame without its size prefix, listener name) -> a response frame with its size prefix, or None.
-RequestHandler = Callable[[bytes, str], Awaitable[bytes | None]]
+
+
+class PendingResponse:
+    """A response that is not ready yet: the future of its frame (with size prefix; None: no response)."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self, frame: asyncio.Future[bytes | bytearray | None]) -> None:
+        self.frame = frame
+
+
+# (frame without its size prefix, listener name) -> a response frame with its size prefix, None, or pending.
+RequestHandler = Callable[[bytes, str], Awaitable["bytes | bytearray | PendingResponse | None"]]
 SIZE_BYTES = 4
+# Requests of one connection handled but not yet answered, at most (librdkafka sends up to 5 at a time).
+MAX_PENDING_RESPONSES = 8
+_END = object()  # the connection's last request was read: the sender ends after the responses before it
 
 
 class SocketServer:
@@ -132,8 +152,11 @@ class SocketServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
         peer = writer.get_extra_info("peername")
+        responses: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING_RESPONSES)
+        sender = asyncio.get_running_loop().create_task(self._send(responses, writer, peer))
+        shutting_down = False
         try:
-            while True:
+            while not sender.done():
                 frame = await self._read_frame(reader, peer)
                 if frame is None:
                     return
@@ -142,17 +165,49 @@ class SocketServer:
                 except MalformedRequestError as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
+                await responses.put(response)
         except (ConnectionError, asyncio.IncompleteReadError):
             return  # the client went away; nothing to answer
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the server shuts down: unanswered requests stay unanswered
+            shutting_down = True
+            sender.cancel()
             raise
         except Exception:  # a handler's bug: this connection ends, the server goes on
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            writer.close()
+            try:
+                if not sender.done() and not shutting_down:  # the responses of the requests so far go out
+                    await responses.put(_END)
+                    await sender
+            except asyncio.CancelledError:  # the server shut down meanwhile
+                sender.cancel()
+                raise
+            finally:
+                writer.close()
+
+    async def _send(self, responses: asyncio.Queue[object], writer: asyncio.StreamWriter, peer: object) -> None:
+        """Write the responses in the order of their requests, each once ready, until :data:`_END`. After a
+        failure (the client went away, a pending response's error) the connection is closed and the
+        responses still queued are awaited but not written."""
+        failed = False
+        while (response := await responses.get()) is not _END:
+            if isinstance(response, PendingResponse):
+                try:
+                    response = await response.frame
+                except Exception:  # a handler's bug in the pending part: this connection ends
+                    if not failed:
+                        log.exception("closing connection from %s after an internal error", peer)
+                        failed = True
+                        writer.close()
+                    continue
+            if response is None or failed:
+                continue
+            try:
+                writer.write(cast(bytes | bytearray, response))
+                await writer.drain()
+            except ConnectionError:
+                failed = True
+                writer.close()
 
     async def _read_frame(self, reader: asyncio.StreamReader, peer: object) -> bytes | None:
         """The next frame's bytes; None (after a log line if the frame was bad) when the connection ends."""
