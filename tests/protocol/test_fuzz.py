@@ -41,8 +41,8 @@ def compressed_batch(codec: int) -> bytes:
 
     from compactlog.record import SCHEMA
     rows = {"offset": list(range(20)), "timestamp": [1] * 20, "key": [b"k%d" % i for i in range(20)],
-            "value": [b"v" * 50] * 20}
-    table = pa.table({name: rows.get(name, [None] * 20) for name in SCHEMA.names}, schema=SCHEMA)
+            "value": [b"v" * 50] * 20, "headers": [None] * 20, "is_transactional": [False] * 20}
+    table = pa.table({name: rows.get(name, [-1] * 20) for name in SCHEMA.names}, schema=SCHEMA)  # -1: none
     return encode_batches(table, codec)
 
 
