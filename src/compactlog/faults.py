@@ -47,6 +47,7 @@ FAULT_POINTS = (
 IO_FAULT_POINTS = (
     "log.frame-write",  # one frame of an append is about to be written to the active segment
     "log.fsync",  # the active segment is about to be fsynced (an append's flush or Log.flush)
+    "log.snapshot-write",  # a roll's producer-state snapshot is about to be written to its .snapshot.tmp
 )
 IO_ERRORS = {"ENOSPC": errno.ENOSPC, "EIO": errno.EIO}
 
