@@ -38,10 +38,13 @@ from compactlog import faults
 CLOCK_MS = 1_000_000_000
 # The topics the workload writes: compacted (two partitions), delete with size retention, and a compacted
 # one it deletes and creates again.
+# Compacted segments of 40 kB: a sealed segment of a few records is a Parquet file of several kB, so the
+# cleaner merges cleaned segments into a group only under a limit well above that; with a smaller one their
+# number (and every open's, clean's and check's work) would grow with every roll through a long run.
 TOPICS: dict[str, tuple[int, dict[str, Any]]] = {
-    "c": (2, {"cleanup.policy": "compact", "segment.bytes": 3000, "min.cleanable.dirty.ratio": 0.01}),
+    "c": (2, {"cleanup.policy": "compact", "segment.bytes": 40_000, "min.cleanable.dirty.ratio": 0.01}),
     "r": (1, {"cleanup.policy": "delete", "segment.bytes": 2000, "retention.bytes": 4000}),
-    "d": (1, {"cleanup.policy": "compact", "segment.bytes": 2000, "min.cleanable.dirty.ratio": 0.01}),
+    "d": (1, {"cleanup.policy": "compact", "segment.bytes": 40_000, "min.cleanable.dirty.ratio": 0.01}),
 }
 HANG_SECONDS = 120  # a child that runs longer than this unkilled is stopped and reported as hung
 KEYS = 24  # per topic: few, so that compaction has superseded records to remove
@@ -179,15 +182,20 @@ def serve(data_dir: str, ack_path: str, err_path: str) -> None:
         os.close(ready_write)
         # b"r" when the store is open; end of file when the child is gone (it holds the pipe until then).
         started = os.read(ready_read, 1)
-        hung = False
+        hung = stopped = False
         if started:
             limit = HANG_SECONDS if words[2] == "-" else float(words[2])
-            ended, _, _ = select.select([ready_read], [], [], limit)
-            if not ended:
+            # The child's end, or this server's stdin readable: the driver sends nothing before the answer,
+            # so that is its end (the driver stopping): the child is killed and the server ends.
+            ended, _, _ = select.select([ready_read, sys.stdin], [], [], limit)
+            stopped = sys.stdin in ended
+            if not ended or stopped:
                 os.kill(pid, signal.SIGKILL)  # not yet waited for: the pid is still this child's
-                hung = words[2] == "-"
+                hung = not stopped and words[2] == "-"
         os.close(ready_read)
         _, status = os.waitpid(pid, 0)
+        if stopped:
+            return
         print("hung" if hung else os.waitstatus_to_exitcode(status), flush=True)
 
 
