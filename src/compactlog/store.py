@@ -40,7 +40,7 @@ from .errors import (
 )
 from .log import Log, fsync_dir
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition, unreadable_partition
-from .producer_state import aborted_mask
+from .producer_state import aborted_mask, check_batch_fields
 from .record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, READ_COLUMNS, Record, check_rows, read_columns, to_rows
 from .retention import apply_retention
 from .topic_deletion import delete_topic_files, finish_pending_deletions
@@ -285,6 +285,7 @@ class Store:
         if producer_id is None:
             first, _ = log.append(rows, flush=True)
         else:
+            check_batch_fields(producer_id, producer_epoch, base_sequence)
             first, _, _ = log.append_producer_batch(rows, producer_id, producer_epoch, base_sequence,
                                                     transactional, flush=True)
         return AppendResult(topic, partition, first, first + rows.num_rows - 1, rows.num_rows)
