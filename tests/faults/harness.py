@@ -89,14 +89,35 @@ class Model:
                 newest[key] = (value, offsets[i])
 
 
-def load_model(ack_log: Path) -> tuple[Model, str | None]:
+class AckLogReader:
+    """The ack log's entries, parsed once: each call reads only the lines appended since the last one (a
+    long soak's ack log grows to megabytes; parsing it whole after every crash made the driver the
+    bottleneck). A line a kill cut short is left for the next call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.position, self.entries = path, 0, list[dict[str, Any]]()
+
+    def reset(self) -> None:
+        self.position, self.entries = 0, []
+
+    def read(self) -> list[dict[str, Any]]:
+        with open(self.path, "rb") as f:
+            f.seek(self.position)
+            new = f.read()
+        whole = new[: new.rfind(b"\n") + 1]
+        self.position += len(whole)
+        self.entries += [json.loads(line) for line in whole.splitlines()]
+        return self.entries
+
+
+def load_model(ack_log: Path | AckLogReader) -> tuple[Model, str | None]:
     """Replay the ack log; also returns the operation in flight at the end (None if the last one was acked)."""
     model = Model()
     intents: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     acks: dict[str, list[int]] = {}
-    for line in ack_log.read_text().splitlines():
-        entry = json.loads(line)
+    reader = ack_log if isinstance(ack_log, AckLogReader) else AckLogReader(ack_log)
+    for entry in reader.read():
         if "intent" in entry:
             intents[entry["intent"]] = entry
             order.append(entry["intent"])
@@ -269,6 +290,7 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
         points = list(fault_points)
         n = point = tries = 0
         workload = Workload(data_dir, ack_log, Path(tmp) / "child.err")
+        ack_reader = AckLogReader(ack_log)
         try:
             while sum(summary.landed.values()) < crashes and not (summary.failures and stop_on_failure):
                 n += 1
@@ -279,7 +301,7 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
                 started = time.monotonic()
                 code, err = workload.run(seed * 1_000_000 + n, steps * ARMED_STEPS if fault else steps, fault,
                                          None if fault else rng.uniform(0.0, work_seconds))
-                model, in_flight = load_model(ack_log)
+                model, in_flight = load_model(ack_reader)
                 if code == 0:
                     summary.completed += 1
                     if fault is None:
@@ -304,6 +326,7 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
                     else:  # go on from an empty directory: the damage would fail every later check too
                         shutil.rmtree(data_dir)
                         ack_log.write_text("")
+                        ack_reader.reset()
                 summary.recoveries += 1
                 if progress and summary.recoveries % 100 == 0:
                     print(f"{summary.recoveries} recoveries checked, {len(summary.failures)} failed", file=sys.stderr,
