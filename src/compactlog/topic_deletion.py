@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Iterator
 
 from .checkpoint import CheckpointFile
+from .errors import UnknownTopicOrPartitionError
 from .faults import fault_point
 from .segment import fsync_path
 from .topic_metadata import metadata_lock
@@ -72,6 +73,8 @@ def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: i
     docstring. The caller has closed its own logs of the topic."""
     marker = marker_path(topics_dir, topic)
     with metadata_lock(topics_dir):
+        if not _holds_id(_metadata_path(topics_dir, topic), topic_id or ""):  # deleted (and created?) meanwhile
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} was deleted by another store meanwhile")
         _write_marker(marker, topic_id or "")
         fault_point("store.delete-marked")
         doomed = _delete_marked(data_dir, topics_dir, topic, partitions, checkpoint)

@@ -3,6 +3,7 @@ it), then a store opened, which must finish it; and the recovery leaves a concur
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -105,3 +106,20 @@ def test_recovery_leaves_the_directories_of_a_creation_under_way_alone(tmp_path:
     compactlog.open(data_dir, clock=FakeClock()).close()
     assert (data_dir / "t-0").is_dir()
     assert not (data_dir / ".topics" / "t.deleting").exists()
+
+
+def test_a_deletion_of_a_topic_another_store_deleted_and_created_again_touches_nothing(tmp_path: Path) -> None:
+    """A store read the topic's metadata (its id), then another deleted the topic and created it again: the
+    first store's deletion must not take the new topic's directories."""
+    data_dir = tmp_path / "data"
+    with compactlog.open(data_dir, clock=FakeClock()) as store:
+        store.create_topic("t")
+        old_id = json.loads((data_dir / ".topics" / "t.json").read_text())["topic_id"]
+        store.delete_topic("t")
+        store.create_topic("t")
+        store.append("t", 0, table(b"new"))
+        with pytest.raises(compactlog.UnknownTopicOrPartitionError, match="deleted by another store"):
+            topic_deletion.delete_topic_files(store.data_dir, str(data_dir / ".topics"), "t", 1, old_id,
+                                              store.checkpoint)
+        assert store.log_end_offset("t", 0) == 20
+        assert store.topics() == ["t"]
