@@ -35,15 +35,19 @@ FAULT_POINTS = (
     "cleaner.before-checkpoint",  # the swap is complete, the checkpoint not yet advanced
     "checkpoint.tmp-written",  # the new checkpoint file is written and fsynced, not yet renamed over the old
     "cleaner.after-checkpoint",  # the checkpoint is advanced
-    "store.delete-checkpoint-cleared",  # delete_topic removed the topic's checkpoints, not yet its metadata
-    "store.delete-metadata-removed",  # delete_topic removed the metadata, not yet renamed any partition directory
-    "store.delete-partition-renamed",  # one partition directory renamed -delete, not yet removed
+    # delete_topic's steps (compactlog.topic_deletion):
+    "store.delete-marked",  # the .topics/<topic>.deleting marker is written, nothing else done
+    "store.delete-checkpoint-cleared",  # the topic's checkpoints are removed, no partition directory renamed
+    "store.delete-partition-renamed",  # one partition directory renamed -delete, the metadata still there
+    "store.delete-metadata-removed",  # the metadata is removed, the marker not yet
+    "store.delete-unmarked",  # the marker is removed, the -delete directories not yet
 )
 
 # Every I/O point: where a write or an fsync may fail with an injected OSError.
 IO_FAULT_POINTS = (
     "log.frame-write",  # one frame of an append is about to be written to the active segment
     "log.fsync",  # the active segment is about to be fsynced (an append's flush or Log.flush)
+    "log.snapshot-write",  # a roll's producer-state snapshot is about to be written to its .snapshot.tmp
 )
 IO_ERRORS = {"ENOSPC": errno.ENOSPC, "EIO": errno.EIO}
 

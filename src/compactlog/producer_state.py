@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 
 from .columns import to_numpy
-from .errors import OutOfOrderSequenceError, ProducerFencedError
-from .limits import INT_MAX
+from .errors import InvalidRequestError, OutOfOrderSequenceError, ProducerFencedError
+from .limits import INT_MAX, LONG_MAX
 from .record import CONTROL_ABORT, CONTROL_NONE, NO_PRODUCER_ID
 
 # The first line of a snapshot file, before the CRC32 of the JSON that follows it.
@@ -254,3 +254,12 @@ def aborted_mask(offsets: np.ndarray, producer_ids: np.ndarray, transactional: n
         inside[inside] &= offsets[rows][inside] < lasts[index[inside]]
         mask[rows[inside]] = True
     return mask
+
+
+def check_batch_fields(producer_id: object, producer_epoch: object, base_sequence: object) -> None:
+    """A producer batch's fields as Kafka types them, else :class:`InvalidRequestError`: the producer id a
+    non-negative ``long``, the epoch a non-negative ``short``, the base sequence a non-negative ``int``."""
+    for name, value, top in (("producer_id", producer_id, LONG_MAX), ("producer_epoch", producer_epoch, 2**15 - 1),
+                             ("base_sequence", base_sequence, INT_MAX)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 0 <= int(value) <= top:
+            raise InvalidRequestError(f"{name} must be an int in [0, {top}], not {value!r}")

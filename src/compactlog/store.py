@@ -5,8 +5,7 @@ Layout of ``<data-dir>``:
 * ``meta.properties``: marks the directory as a store, with its id (:mod:`compactlog.data_dir`);
 * ``<topic>-<partition>/``: one partition's log (:mod:`compactlog.log`);
 * ``.topics/<topic>.json``: a topic's metadata (:mod:`compactlog.topic_metadata`): creating this file is
-  the moment a topic exists, removing it the moment it is deleted (its partition directories are then
-  renamed ``-delete`` and removed);
+  the moment a topic exists, removing it the moment it is deleted (:mod:`compactlog.topic_deletion`);
 * ``cleaner-offset-checkpoint``: the cleaner's next dirty offset per partition, in Kafka's text format;
 * ``cleaner-state.json``: the last cleaner pass's gauges and uncleanable partitions (:mod:`.cleaner.state`);
 * ``server.properties`` (optional): data-directory defaults under Kafka's broker names.
@@ -40,10 +39,9 @@ from .errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from .faults import fault_point
 from .log import Log, fsync_dir
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition, unreadable_partition
-from .producer_state import aborted_mask
+from .producer_state import aborted_mask, check_batch_fields
 from .record import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -56,6 +54,7 @@ from .record import (
     to_rows,
 )
 from .retention import apply_retention
+from .topic_deletion import delete_topic_files, finish_pending_deletions
 from .topic_metadata import (
     TopicMetadata,
     colliding_topic,
@@ -75,7 +74,6 @@ __all__ = ["TOPICS_DIR", "AppendResult", "PartitionInfo", "SegmentInfo", "Store"
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-DELETE_DIR_SUFFIX = "-delete"
 
 
 def wall_clock_ms() -> int:
@@ -109,7 +107,7 @@ class Store:
                 self.checkpoint.write({})
             self.checkpoint.remove_stale_tmp()
             remove_stale_tmp(os.path.join(self.data_dir, TOPICS_DIR))
-            self._remove_deleted_partitions()
+            finish_pending_deletions(self.data_dir, os.path.join(self.data_dir, TOPICS_DIR), self.checkpoint)
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
@@ -119,14 +117,6 @@ class Store:
         from .cleaner.state import load_cleaner_state  # the last pass's figures, of whichever process
 
         self.cleaner_state = load_cleaner_state(self.data_dir, remove_tmp=not self.read_only)
-
-    def _remove_deleted_partitions(self) -> None:
-        """Finish topic deletions a crash interrupted: remove ``*-delete`` directories (as Kafka does at
-        startup)."""
-        for name in os.listdir(self.data_dir):
-            path = os.path.join(self.data_dir, name)
-            if name.endswith(DELETE_DIR_SUFFIX) and os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -234,31 +224,17 @@ class Store:
         return self._meta(topic).config
 
     def delete_topic(self, topic: str) -> None:
-        """Delete a topic, in a crash-safe order: its cleaner checkpoints first (a checkpoint left behind
-        would count a re-created topic's first offsets as cleaned, so its tombstones would expire while the
-        values they delete stay), then its metadata (the topic is gone), then its partition directories,
-        renamed ``-delete`` and removed (a crash leaves ``-delete`` directories, removed at open, or
-        directories without a topic, which :meth:`create_topic` replaces)."""
+        """Delete a topic and its data, in the crash-safe order of :mod:`compactlog.topic_deletion` (a
+        crash part-way is finished by the next writable open)."""
         self.check_writable(f"delete topic {topic!r}")
         meta = self._meta(topic)
-        self.checkpoint.update(remove=[(topic, p) for p in range(meta.partitions)])
-        fault_point("store.delete-checkpoint-cleared")
-        os.unlink(self._meta_path(topic))
-        fsync_dir(os.path.join(self.data_dir, TOPICS_DIR))
-        self._topics.pop(topic, None)
-        fault_point("store.delete-metadata-removed")
         for partition in range(meta.partitions):
             log = self._logs.pop((topic, partition), None)
             if log is not None:
                 log.close()
-            directory = self._partition_dir(topic, partition)
-            if os.path.exists(directory):
-                # Kafka's "<topic>-<partition>.<uuid>-delete", the name cut to fit a file name's 255 bytes.
-                doomed = os.path.join(self.data_dir,
-                                      f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-                os.replace(directory, doomed)
-                fault_point("store.delete-partition-renamed")
-                shutil.rmtree(doomed, ignore_errors=True)
+        delete_topic_files(self.data_dir, os.path.join(self.data_dir, TOPICS_DIR), topic, meta.partitions,
+                           meta.topic_id, self.checkpoint)
+        self._topics.pop(topic, None)
 
     # -- partitions --------------------------------------------------------------------------------------
 
@@ -325,6 +301,7 @@ class Store:
         if producer_id is None:
             first, _ = log.append(rows, flush=flush)
         else:
+            check_batch_fields(producer_id, producer_epoch, base_sequence)
             first, _, _ = log.append_producer_batch(rows, producer_id, producer_epoch, base_sequence,
                                                     transactional, flush=flush)
         return AppendResult(topic, partition, first, first + rows.num_rows - 1, rows.num_rows)

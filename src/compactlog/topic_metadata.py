@@ -97,9 +97,10 @@ def _checksum(meta: Mapping[str, Any]) -> int:
 
 
 @contextlib.contextmanager
-def _metadata_lock(directory: str) -> Iterator[None]:
-    """``flock`` of ``.topics/.lock``: held by each write of a metadata file and by the removal of stale
-    temporary files, so that the removal never takes the file of a write in progress."""
+def metadata_lock(directory: str) -> Iterator[None]:
+    """``flock`` of ``.topics/.lock``: held by each write of a metadata file, by the removal of stale
+    temporary files, so that the removal never takes the file of a write in progress, and by a topic's
+    deletion and its recovery (:mod:`compactlog.topic_deletion`). Not re-entrant: never nest it."""
     fd = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -113,7 +114,7 @@ def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapp
     directory = os.path.dirname(path)
     # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
     tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
-    with _metadata_lock(directory):
+    with metadata_lock(directory):
         with open(tmp, "w", encoding="utf-8") as f:
             meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
             json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
@@ -126,7 +127,7 @@ def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapp
 def remove_stale_tmp(directory: str) -> None:
     """Remove the ``.<uuid>.tmp`` files of metadata writes killed before their rename (the writes never
     happened). Called when a store opens."""
-    with _metadata_lock(directory):
+    with metadata_lock(directory):
         for name in os.listdir(directory):
             if name.startswith(".") and name.endswith(".tmp"):
                 with contextlib.suppress(FileNotFoundError):

@@ -50,6 +50,7 @@ from support import fault_landed, leftovers
 WORKLOAD = str(Path(__file__).with_name("workload.py"))
 CLOCK_MS = 1_000_000_000  # the workload's fixed clock (workload.CLOCK_MS)
 COMPACTED = ("c", "d")
+ARMED_STEPS = 4  # an armed child's operations, in multiples of a random one's
 MAX_TRIES = 20  # armed runs that end before the point's hit, after which the next point is armed
 Record = tuple[str | None, str | None]  # key, value
 
@@ -88,14 +89,35 @@ class Model:
                 newest[key] = (value, offsets[i])
 
 
-def load_model(ack_log: Path) -> tuple[Model, str | None]:
+class AckLogReader:
+    """The ack log's entries, parsed once: each call reads only the lines appended since the last one (a
+    long soak's ack log grows to megabytes; parsing it whole after every crash made the driver the
+    bottleneck). A line a kill cut short is left for the next call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.position, self.entries = path, 0, list[dict[str, Any]]()
+
+    def reset(self) -> None:
+        self.position, self.entries = 0, []
+
+    def read(self) -> list[dict[str, Any]]:
+        with open(self.path, "rb") as f:
+            f.seek(self.position)
+            new = f.read()
+        whole = new[: new.rfind(b"\n") + 1]
+        self.position += len(whole)
+        self.entries += [json.loads(line) for line in whole.splitlines()]
+        return self.entries
+
+
+def load_model(ack_log: Path | AckLogReader) -> tuple[Model, str | None]:
     """Replay the ack log; also returns the operation in flight at the end (None if the last one was acked)."""
     model = Model()
     intents: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     acks: dict[str, list[int]] = {}
-    for line in ack_log.read_text().splitlines():
-        entry = json.loads(line)
+    reader = ack_log if isinstance(ack_log, AckLogReader) else AckLogReader(ack_log)
+    for entry in reader.read():
         if "intent" in entry:
             intents[entry["intent"]] = entry
             order.append(entry["intent"])
@@ -216,33 +238,38 @@ class Summary:
         return "\n".join(f"{name:<48} {value:>8}" for name, value in rows)
 
 
-def start_child(data_dir: Path, ack_log: Path) -> subprocess.Popen[str]:
-    """A workload process that imports and then waits for its orders (:func:`run_child`)."""
-    env = {k: v for k, v in os.environ.items() if k != FAULT_POINT_ENV}
-    return subprocess.Popen([sys.executable, WORKLOAD, str(data_dir), str(ack_log)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+class Workload:
+    """The workload's fork server (:func:`workload.serve`): imported once, a forked child a run."""
 
+    def __init__(self, data_dir: Path, ack_log: Path, err_path: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if k != FAULT_POINT_ENV}
+        self.err_path = err_path
+        self.proc = subprocess.Popen([sys.executable, WORKLOAD, str(data_dir), str(ack_log), str(err_path)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
-def run_child(proc: subprocess.Popen[str], seed: int, steps: int, fault: str | None,
-              kill_after: float | None) -> tuple[int, str]:
-    """Let a started workload run (armed at ``fault``, or killed ``kill_after`` seconds after it opened the
-    store); returns its exit code and stderr."""
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(f"{seed} {steps} {fault or ''}\n")
-        proc.stdin.flush()  # communicate() closes it
-        proc.stdout.readline()  # "ready": the store is open (or the child died first)
-        if kill_after is not None:
-            try:
-                proc.wait(timeout=kill_after)  # a random moment of a real process: wall time
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err
+    def run(self, seed: int, steps: int, fault: str | None, kill_after: float | None) -> tuple[int, str]:
+        """One child, armed at ``fault`` or killed ``kill_after`` seconds after it opened the store; returns
+        its exit code (``-9``: killed) and stderr."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        delay = "-" if kill_after is None else f"{kill_after:.4f}"
+        self.proc.stdin.write(f"{seed} {steps} {delay} {fault or ''}\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        err = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+        if answer == "hung":
+            return 2, f"the workload hung (stopped by its server) before its fault point {fault}\n{err}"
+        if not answer:
+            raise HarnessFailure(f"the workload's fork server ended (exit {self.proc.wait()})")
+        return int(answer), err
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the server's loop ends at end of input
+        try:
+            self.proc.wait(timeout=300)  # the server first waits out its child (at most its hang limit)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
@@ -259,22 +286,22 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="compactlog-faults-", dir=work) as tmp:
         data_dir, ack_log = Path(tmp) / "data", Path(tmp) / "acks.jsonl"
         ack_log.touch()
-        work_seconds = 0.5  # a first guess, then the running mean of the children's work that ran to the end
+        work_seconds = 0.2  # a first guess, then the running mean of the children's work that ran to the end
         points = list(fault_points)
         n = point = tries = 0
-        upcoming: subprocess.Popen[str] | None = None
+        workload = Workload(data_dir, ack_log, Path(tmp) / "child.err")
+        ack_reader = AckLogReader(ack_log)
         try:
             while sum(summary.landed.values()) < crashes and not (summary.failures and stop_on_failure):
                 n += 1
                 # Odd runs are armed: the points in turn, each until it lands (a child may end before its
-                # n-th hit) or MAX_TRIES runs missed it; even runs are killed at a random moment.
+                # n-th hit) or MAX_TRIES runs missed it; even runs are killed at a random moment. An armed
+                # child runs ARMED_STEPS times longer, so that a rare operation's point is reached.
                 fault = f"{points[point % len(points)]}:{rng.randint(1, 3)}" if n % 2 else None
-                proc = upcoming if upcoming is not None else start_child(data_dir, ack_log)
                 started = time.monotonic()
-                code, err = run_child(proc, seed * 1_000_000 + n, steps, fault,
-                                      None if fault else rng.uniform(0.0, work_seconds))
-                upcoming = start_child(data_dir, ack_log)  # its imports overlap this check
-                model, in_flight = load_model(ack_log)
+                code, err = workload.run(seed * 1_000_000 + n, steps * ARMED_STEPS if fault else steps, fault,
+                                         None if fault else rng.uniform(0.0, work_seconds))
+                model, in_flight = load_model(ack_reader)
                 if code == 0:
                     summary.completed += 1
                     if fault is None:
@@ -299,15 +326,14 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
                     else:  # go on from an empty directory: the damage would fail every later check too
                         shutil.rmtree(data_dir)
                         ack_log.write_text("")
+                        ack_reader.reset()
                 summary.recoveries += 1
                 if progress and summary.recoveries % 100 == 0:
                     print(f"{summary.recoveries} recoveries checked, {len(summary.failures)} failed", file=sys.stderr,
                           flush=True)
                 summary.check_cpu_seconds += time.process_time() - checking
         finally:
-            if upcoming is not None:
-                upcoming.kill()
-                upcoming.wait()
+            workload.stop()
     return summary
 
 

@@ -6,9 +6,10 @@ One small store is written once (a sealed Parquet segment of several row groups,
 several frames, a producer snapshot, transactions committed and aborted, a cleaner checkpoint and the
 cleaner's state file, topic and transaction metadata, ``producer-ids``, ``meta.properties``,
 ``server.properties``). Each case copies it, damages one file (one flipped bit; a truncation at every
-frame boundary of the active segment and at several points of every other file; garbage appended) and
-opens the copy. Bits are sampled (a fixed seed) where a file has more than :data:`MAX_BIT_FLIPS` of them,
-so the sweep stays under a minute.
+frame boundary of the active segment and at several points of every other file; garbage appended; a
+one-digit change of each count and offset in the sealed segment's footer) and opens the copy. Bits are
+sampled (a fixed seed) where a file has more than :data:`MAX_BIT_FLIPS` of them, so the sweep stays under a
+minute.
 
 Outcomes:
 
@@ -57,6 +58,7 @@ TOPIC = "t"
 TXN_ID = "tx-sweep"
 # Files whose format carries a checksum (or is checked against another): no case may read wrong data.
 CHECKED_KINDS = ("sealed", "active", "snapshot", "producer-ids", "topic", "cleaner-state")
+FOOTER_FIELDS = ("record_count", "control_count", "base_offset", "next_offset", "first_timestamp", "max_timestamp")
 
 
 def build_store(root: Path) -> None:
@@ -149,6 +151,16 @@ def flip(data: bytes, bit: int) -> bytes:
     return data[:bit // 8] + bytes([data[bit // 8] ^ 1 << bit % 8]) + data[bit // 8 + 1:]
 
 
+def change_footer_digit(data: bytes, name: str) -> bytes:
+    """``data`` (a sealed segment) with the first digit of footer field ``compactlog.<name>``'s value changed
+    (0-8 up by one, 9 to 1), the footer's length unchanged."""
+    at = data.index(f"compactlog.{name}".encode()) + len(f"compactlog.{name}")
+    while not 0x30 <= data[at] <= 0x39:  # past the Thrift field header and length of the value
+        at += 1
+    digit = data[at] - 0x30
+    return data[:at] + bytes([0x30 + (digit + 1 if digit < 9 else 1)]) + data[at + 1:]
+
+
 def mutations(kind: str, path: Path) -> Iterator[tuple[str, Callable[[bytes], bytes]]]:
     """Every damage applied to the file of ``kind``: (description, bytes -> damaged bytes)."""
     data = path.read_bytes()
@@ -157,6 +169,9 @@ def mutations(kind: str, path: Path) -> Iterator[tuple[str, Callable[[bytes], by
                                                                                                     MAX_BIT_FLIPS))
     for bit in sample:
         yield f"flip bit {bit}", lambda d, bit=bit: flip(d, bit)
+    if kind == "sealed":  # a one-digit change of each footer count or offset: the file still parses
+        for name in FOOTER_FIELDS:
+            yield f"footer {name} digit changed", lambda d, name=name: change_footer_digit(d, name)
     cuts = set(frame_boundaries(path)) if kind == "active" else set()
     cuts |= {0, 1, len(data) // 3, len(data) // 2, len(data) - 8, len(data) - 1}
     for cut in sorted(c for c in cuts if 0 <= c < len(data)):

@@ -17,19 +17,12 @@ from compactlog.faults import FAULT_POINTS
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-# Kills inside delete_topic are left to tests/integration/test_delete_topic_crash.py (no deleted key returns)
-# and to the soak: a kill after the metadata file goes and before the partition directories are renamed
-# leaves those directories (with their .deleted files) until the topic is created again, a leftover this
-# check reports and issue 16 still has open.
-CI_POINTS = [point for point in FAULT_POINTS if not point.startswith("store.delete-")]
-
-
 def test_200_crashes_lose_no_acknowledged_record(tmp_path: Path) -> None:
-    summary = run(crashes=200, seed=1, steps=5, work=tmp_path, fault_points=CI_POINTS)
+    summary = run(crashes=200, seed=1, steps=5, work=tmp_path, fault_points=FAULT_POINTS)
     print(summary.table())
     assert summary.failures == []
     assert sum(summary.landed.values()) >= 200 and summary.recoveries >= 200
-    assert set(CI_POINTS) <= set(summary.landed), f"points never hit: {set(CI_POINTS) - set(summary.landed)}"
+    assert set(FAULT_POINTS) <= set(summary.landed), f"never hit: {set(FAULT_POINTS) - set(summary.landed)}"
     assert sum(n for where, n in summary.landed.items() if where.startswith("random:")) >= 50
     assert summary.records_checked > 1000
 

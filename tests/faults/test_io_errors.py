@@ -151,6 +151,19 @@ def test_a_roll_and_a_clean_failing_on_a_full_disk_leave_no_empty_file(
     assert [r.value for r in store.read("t", 0)][-1] == b"3"
 
 
+@pytest.mark.parametrize("code", ["ENOSPC", "EIO"])
+def test_a_snapshot_write_failing_removes_its_tmp_at_once(store: compactlog.Store, code: str) -> None:
+    store.append("t", 0, pa.table({"key": [b"a"], "value": [b"1"]}))
+    faults.arm_io_fault("log.snapshot-write", code=code)
+    with pytest.raises(KafkaStorageError, match="roll failed"):
+        store.roll("t", 0)
+    assert leftovers(store, "t") == []  # before any reopen
+    faults.arm_io_fault(None)
+    store.append("t", 0, pa.table({"key": [b"b"], "value": [b"2"]}))
+    assert store.roll("t", 0)
+    assert values(store, "t") == {0: b"1", 1: b"2"}
+
+
 def test_a_snapshot_tmp_left_by_a_kill_is_removed_on_open(tmp_path: Path, clock: FakeClock) -> None:
     with compactlog.open(tmp_path / "data", clock=clock) as store:
         store.create_topic("t", partitions=1)

@@ -1,12 +1,12 @@
 """The fault harness's workload: a child process that the driver (:mod:`harness`) kills with SIGKILL.
 
-``python workload.py <data_dir> <ack_log>`` imports, reads ``<seed> <steps> [<fault point>]`` from stdin
-(:func:`main`), opens the store and runs ``steps`` random
-operations: appends (``Store.append``), idempotent and transactional producers (commit and abort), forced
-cleaning, rolls, retention, and deleting and re-creating a topic. Before each operation it appends an
-*intent* line to ``ack_log`` and after it returns an *ack* line with what was acknowledged (the offsets of
-flushed records, a transaction's outcome), each line written with ``O_APPEND`` and fsynced before the
-workload goes on: the ack log is what the driver holds the recovered store to.
+``python workload.py <data_dir> <ack_log> <stderr file>`` imports once and then serves runs (:func:`serve`):
+for each line ``<seed> <steps> <kill after seconds or -> [<fault point>]`` on stdin it forks a child, which
+opens the store and runs ``steps`` random operations: appends (``Store.append``), idempotent and transactional
+producers (commit and abort), forced cleaning, rolls, retention, and deleting and re-creating a topic. Before
+each operation it appends an *intent* line to ``ack_log`` and after it returns an *ack* line with what was
+acknowledged (the offsets of flushed records, a transaction's outcome), each line written with ``O_APPEND``
+and fsynced before the workload goes on: the ack log is what the driver holds the recovered store to.
 
 Ack-log lines (JSON): ``{"intent": n, "op": <name>, "records": [[topic, partition, key, value], ...]}``
 then ``{"ack": n, "offsets": [...]}`` (one offset per record, in order; ``[]`` for an operation without
@@ -21,7 +21,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
+import signal
 import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -32,11 +38,15 @@ from compactlog import faults
 CLOCK_MS = 1_000_000_000
 # The topics the workload writes: compacted (two partitions), delete with size retention, and a compacted
 # one it deletes and creates again.
+# Compacted segments of 40 kB: a sealed segment of a few records is a Parquet file of several kB, so the
+# cleaner merges cleaned segments into a group only under a limit well above that; with a smaller one their
+# number (and every open's, clean's and check's work) would grow with every roll through a long run.
 TOPICS: dict[str, tuple[int, dict[str, Any]]] = {
-    "c": (2, {"cleanup.policy": "compact", "segment.bytes": 3000, "min.cleanable.dirty.ratio": 0.01}),
+    "c": (2, {"cleanup.policy": "compact", "segment.bytes": 40_000, "min.cleanable.dirty.ratio": 0.01}),
     "r": (1, {"cleanup.policy": "delete", "segment.bytes": 2000, "retention.bytes": 4000}),
-    "d": (1, {"cleanup.policy": "compact", "segment.bytes": 2000, "min.cleanable.dirty.ratio": 0.01}),
+    "d": (1, {"cleanup.policy": "compact", "segment.bytes": 40_000, "min.cleanable.dirty.ratio": 0.01}),
 }
+HANG_SECONDS = 120  # a child that runs longer than this unkilled is stopped and reported as hung
 KEYS = 24  # per topic: few, so that compaction has superseded records to remove
 OPS = ("append", "append", "idempotent", "idempotent", "commit", "abort", "clean", "clean", "roll",
        "retention", "recreate")
@@ -67,12 +77,12 @@ def ensure_topics(store: compactlog.Store, acks: AckLog, n: str) -> None:
             acks.write({"ack": f"{n}-{topic}", "offsets": []})
 
 
-def run(data_dir: str, ack_path: str, seed: int, steps: int) -> None:
+def run(data_dir: str, ack_path: str, seed: int, steps: int, ready: Callable[[], None]) -> None:
     rng = random.Random(seed)
     acks = AckLog(ack_path)
     store = compactlog.open(data_dir, clock=lambda: CLOCK_MS)
     ensure_topics(store, acks, f"{seed}-setup")
-    print("ready", flush=True)  # the driver's random kill counts from here, not from the interpreter's start
+    ready()  # a random kill's delay counts from here, not from the fork
     idempotent = store.producer()
     transactional = None
     for step in range(steps):
@@ -121,17 +131,76 @@ def run(data_dir: str, ack_path: str, seed: int, steps: int) -> None:
             acks.write({"intent": n, "op": "create", "topic": "d", "records": []})
             store.create_topic("d", *TOPICS["d"])
         acks.write({"ack": n, "offsets": offsets})
+    for open_producer in (idempotent, transactional):
+        if open_producer is not None:
+            open_producer.close()  # its sender thread ends
     store.close()
 
 
-def main() -> None:
-    """``workload.py <data_dir> <ack_log>``, then one line on stdin: ``<seed> <steps> [<fault point>]``.
-    The process imports everything before it reads the line, so a driver can start it ahead."""
-    words = sys.stdin.readline().split()
-    if len(words) > 2:
-        os.environ[faults.FAULT_POINT_ENV] = words[2]
+def child(data_dir: str, ack_path: str, err_path: str, words: list[str], ready_fd: int) -> None:
+    """The forked child: stderr to ``err_path``, the fault point armed, one run; never returns."""
+    code = 0
+    try:
+        err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(err, 2)
+        os.environ.pop(faults.FAULT_POINT_ENV, None)
+        if len(words) > 3:
+            os.environ[faults.FAULT_POINT_ENV] = words[3]
         faults.rearm()
-    run(sys.argv[1], sys.argv[2], int(words[0]), int(words[1]))
+        run(data_dir, ack_path, int(words[0]), int(words[1]), lambda: os.write(ready_fd, b"r"))
+    except BaseException:  # the driver reads stderr: a workload that raised is a finding
+        os.write(2, traceback.format_exc().encode())
+        code = 1
+    os._exit(code)  # no atexit handler, no flush of the parent's buffers
+
+
+def warm_up() -> None:
+    """Run the workload once in a scratch directory, so that what its operations import on first use
+    (pyarrow imports pandas lazily, over a second) is imported here once, not in every child. No thread of
+    it is left (a fork copies only the forking thread)."""
+    with tempfile.TemporaryDirectory(prefix="compactlog-warm-up-") as scratch:
+        ack_path = os.path.join(scratch, "acks.jsonl")
+        for seed in range(3):
+            run(os.path.join(scratch, "data"), ack_path, seed, 20, lambda: None)
+    assert threading.active_count() == 1, threading.enumerate()
+
+
+def serve(data_dir: str, ack_path: str, err_path: str) -> None:
+    """Fork one child a line of stdin (``<seed> <steps> <kill after seconds or -> [<fault point>]``); kill it
+    with SIGKILL that long after it opened the store unless it ended first (``-``: an armed run, stopped only
+    after :data:`HANG_SECONDS` and answered ``hung``); answer its wait status as ``<exit code>`` (negative:
+    the signal) on stdout. Forking skips the interpreter's start and the imports,
+    most of a short run's cost; this process itself never touches the store, so its children start clean."""
+    warm_up()
+    for line in sys.stdin:
+        words = line.split()
+        ready_read, ready_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_read)
+            child(data_dir, ack_path, err_path, words, ready_write)
+        os.close(ready_write)
+        # b"r" when the store is open; end of file when the child is gone (it holds the pipe until then).
+        started = os.read(ready_read, 1)
+        hung = stopped = False
+        if started:
+            limit = HANG_SECONDS if words[2] == "-" else float(words[2])
+            # The child's end, or this server's stdin readable: the driver sends nothing before the answer,
+            # so that is its end (the driver stopping): the child is killed and the server ends.
+            ended, _, _ = select.select([ready_read, sys.stdin], [], [], limit)
+            stopped = sys.stdin in ended
+            if not ended or stopped:
+                os.kill(pid, signal.SIGKILL)  # not yet waited for: the pid is still this child's
+                hung = not stopped and words[2] == "-"
+        os.close(ready_read)
+        _, status = os.waitpid(pid, 0)
+        if stopped:
+            return
+        print("hung" if hung else os.waitstatus_to_exitcode(status), flush=True)
+
+
+def main() -> None:
+    serve(sys.argv[1], sys.argv[2], sys.argv[3])
 
 
 if __name__ == "__main__":

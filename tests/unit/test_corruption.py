@@ -72,6 +72,17 @@ def test_footer_checksum_catches_a_changed_control_count(tmp_path: Path) -> None
         SealedSegment.open(str(path), 0)
 
 
+def test_a_footer_record_count_changed_is_corrupt_segment_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / segment_name(0, ".parquet")
+    write_sealed(str(path), _rows(40), 0, 40, compression="none")
+    table = pq.read_table(path)  # an old segment (no footer CRC): only the row count can see it
+    kv = {k: v for k, v in pq.read_metadata(path).metadata.items() if k != b"compactlog.checksum"}
+    kv[b"compactlog.record_count"] = b"30"  # a one-digit change of 40
+    pq.write_table(table.replace_schema_metadata(kv), path)
+    with pytest.raises(CorruptSegmentError, match=re.escape(str(path)) + ": 40 rows but metadata says 30"):
+        SealedSegment.open(str(path), 0)
+
+
 def test_a_segment_written_without_checksums_still_reads(tmp_path: Path) -> None:
     path = tmp_path / segment_name(0, ".parquet")
     write_sealed(str(path), _rows(10), 0, 10)

@@ -8,7 +8,8 @@ appended row and persists it:
 * snapshot: at every roll the state as of the new active segment's base is written to
   ``<offset>.snapshot.tmp``, fsynced and renamed ``<offset>.snapshot``; snapshots older than the previous
   one are removed. Crash point ``log.snapshot-tmp-written``: the loader deletes a leftover ``.tmp`` (the
-  older snapshot and the log rebuild the state);
+  older snapshot and the log rebuild the state); a write that fails (I/O point ``log.snapshot-write``)
+  removes its ``.tmp`` at once and raises;
 * rebuild, at open and whenever another process changed the directory: the newest snapshot at or below
   the log end that parses (a damaged one is passed over), then every row after it;
 * transaction index of the active segment: the aborted transactions whose ABORT marker lies in it,
@@ -27,7 +28,7 @@ import pyarrow as pa
 
 from ..active_segment import ActiveSegment
 from ..columns import to_numpy
-from ..faults import fault_point
+from ..faults import fault_point, io_fault
 from ..producer_state import AbortedTxn, ProducerStateManager
 from ..record import CONTROL_ABORT
 from ..segment import is_segment_name, offset_from_name, segment_name
@@ -93,10 +94,16 @@ class LogProducerState:
         removed."""
         path = os.path.join(self.directory, segment_name(self.manager.next_offset, SNAPSHOT_SUFFIX))
         tmp = path + _TMP_SUFFIX
-        with open(tmp, "wb") as f:
-            f.write(self.manager.to_snapshot())
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                io_fault("log.snapshot-write")
+                f.write(self.manager.to_snapshot())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:  # a full or failing disk: the partial file goes now, not at the next open
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         fault_point("log.snapshot-tmp-written")
         os.replace(tmp, path)
         for _, old in sorted(self.snapshots())[:-2]:

@@ -96,7 +96,11 @@ def offset_for_time(snapshot: Snapshot, directory: str, timestamp_ms: int) -> in
     """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``.
 
     Only the first segment whose newest timestamp reaches ``timestamp_ms`` can hold it (every earlier
-    record is older), and inside it only the row groups (or frames) whose newest timestamp does."""
+    record is older), and inside it only the row groups (or frames) whose newest timestamp does. A
+    timestamp that is not a Java ``long`` is :class:`InvalidRequestError`."""
+    if not (isinstance(timestamp_ms, numbers.Integral) and not isinstance(timestamp_ms, bool)
+            and LONG_MIN <= int(timestamp_ms) <= LONG_MAX):
+        raise InvalidRequestError(f"timestamp_ms must be an int (epoch milliseconds), not {timestamp_ms!r}")
     for _ in range(READ_RETRIES):
         try:
             sealed, active = snapshot(0, None)
