@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -69,10 +69,11 @@ class Connection:
         self.sock.close()
 
 
-def batch(records: list[tuple[bytes, bytes]], producer_id: int = -1, epoch: int = -1, sequence: int = -1) -> bytes:
+def batch(records: list[tuple[bytes, bytes]], producer_id: int = -1, epoch: int = -1, sequence: int = -1,
+          timestamps: list[int] | None = None) -> bytes:
     builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, sequence, 1 << 20)
     for i, (key, value) in enumerate(records):
-        builder.append(i, 1_700_000_000_000 + i, key, value, [])
+        builder.append(i, timestamps[i] if timestamps else 1_700_000_000_000 + i, key, value, [])
     return bytes(builder.build())
 
 
@@ -158,6 +159,39 @@ def test_fetch_byte_limits_and_offsets_out_of_range(conn: Connection) -> None:
     assert fetched_offsets(fetch(conn, "t", 10, partition_max_bytes=1)) == [10]  # at least one record
     assert fetched_offsets(fetch(conn, "t", 100)) == []  # at the high watermark: nothing yet
     assert fetch(conn, "t", 101).error_code == OFFSET_OUT_OF_RANGE
+
+
+def list_offsets(conn: Connection, topic: str, timestamp: int, version: int = 7) -> tuple[int, int, int]:
+    """(error code, timestamp, offset) ListOffsets answers for partition 0 of ``topic``."""
+    partition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+        version=version, partition_index=0, current_leader_epoch=-1, timestamp=timestamp)
+    request = ListOffsetsRequest(version=version, replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(version=version, name=topic, partitions=[partition])])
+    answer = conn.call(request, ListOffsetsResponse).topics[0].partitions[0]
+    return answer.error_code, answer.timestamp, answer.offset
+
+
+def test_list_offsets_answers_the_found_records_own_timestamp_and_the_largest_one(data_dir: str,
+                                                                                  conn: Connection) -> None:
+    keys = [(b"k%d" % i, b"v") for i in range(5)]
+    assert produce(conn, "t", batch(keys, timestamps=[1000, 3000, 2000, 3000, 1500])).error_code == NONE
+    with compactlog.open(data_dir) as store:  # the first batch sealed: both segment kinds are searched
+        store.roll("t", 0)
+    assert produce(conn, "t", batch(keys[:3], timestamps=[2500, 3000, 1200])).error_code == NONE
+    assert list_offsets(conn, "t", -3) == (NONE, 3000, 1)  # MAX_TIMESTAMP: the first record at the largest
+    assert list_offsets(conn, "t", 2500) == (NONE, 3000, 1)  # the record's own timestamp, not the one asked
+    assert list_offsets(conn, "t", 1001) == (NONE, 3000, 1)
+    assert list_offsets(conn, "t", 1000) == (NONE, 1000, 0)
+    assert list_offsets(conn, "t", 3001) == (NONE, -1, -1)  # no record that late
+    assert list_offsets(conn, "t", -2) == (NONE, -1, 0)
+    assert list_offsets(conn, "t", -1) == (NONE, -1, 8)
+    assert produce(conn, "t", batch(keys[:1], timestamps=[4000])).error_code == NONE
+    assert list_offsets(conn, "t", -3) == (NONE, 4000, 8)  # in the active segment
+    assert list_offsets(conn, "t", 3500) == (NONE, 4000, 8)
+
+
+def test_list_offsets_max_timestamp_of_an_empty_partition_is_none(conn: Connection) -> None:
+    assert list_offsets(conn, "t", -3) == (NONE, -1, -1)
 
 
 def api_versions_answered(broker: str) -> bool:

@@ -17,9 +17,12 @@ Fetch rules (Kafka's ``ReplicaManager.fetchMessages`` and ``DelayedFetch`` on on
 * the response waits up to ``max_wait_ms`` until ``min_bytes`` are there, woken by appends through
   :class:`~compactlog.broker.fetch_purgatory.FetchPurgatory`; a partition error answers at once.
 
-ListOffsets: timestamp -2 is the log start offset, -1 the high watermark (the last stable offset for
-read_committed), -3 the high watermark too (the record with the largest timestamp is not tracked); any
-other timestamp the first offset whose timestamp is at least it, or -1 if there is none.
+ListOffsets (Kafka's ``Partition.fetchOffsetForTimestamp``): timestamp -2 is the log start offset and -1
+the last fetchable offset (the high watermark; the last stable offset for read_committed), both with
+timestamp -1; -3 (MAX_TIMESTAMP, KIP-734) the offset and timestamp of the record with the largest
+timestamp (the first of equal ones); any other timestamp the offset and the own timestamp of the first
+record whose timestamp is at least it. A record found at or past the last fetchable offset, or none, is
+answered as offset -1 and timestamp -1. Transaction markers are never the record found.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CompactLogError, OffsetOutOfRangeError
+from ..log import reads
 from ..protocol.record_batch import CREATE_TIME, LOG_APPEND_TIME, encode_batches
 from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
@@ -164,13 +168,28 @@ def _list_offsets(store: Store, asked: list[tuple[str, int, int]], committed: bo
     for topic, partition, timestamp in asked:
         try:
             log = open_log(store, topic, partition)
-            if timestamp == EARLIEST:
-                answers.append((NONE, -1, log.log_start_offset))
-            elif timestamp in (LATEST, MAX_TIMESTAMP):
-                answers.append((NONE, -1, log.last_stable_offset if committed else log.log_end_offset))
-            else:
-                offset = log.offset_for_time(timestamp)
-                answers.append((NONE, -1 if offset is None else timestamp, -1 if offset is None else offset))
+            with log.locked():  # one consistent view of the offsets
+                log_start, last_fetchable = log.log_start_offset, (log.last_stable_offset if committed
+                                                                   else log.log_end_offset)
+            found = None
+            if timestamp == MAX_TIMESTAMP:
+                found = reads.max_timestamp_and_offset(log.snapshot, log.directory)
+            elif timestamp not in (EARLIEST, LATEST):
+                found = reads.timestamp_and_offset_for_time(log.snapshot, log.directory, timestamp)
+            answers.append((NONE, *list_offsets_answer(timestamp, log_start, last_fetchable, found)))
         except CompactLogError as e:
             answers.append((error_code(e), -1, -1))
     return answers
+
+
+def list_offsets_answer(timestamp: int, log_start_offset: int, last_fetchable_offset: int,
+                        found: tuple[int, int] | None) -> tuple[int, int]:
+    """The ``(timestamp, offset)`` ListOffsets answers for the ``timestamp`` asked, given the log's offsets
+    and the record a search ``found`` (``(timestamp, offset)``; for -2 and -1 no search is made)."""
+    if timestamp == EARLIEST:
+        return -1, log_start_offset
+    if timestamp == LATEST:
+        return -1, last_fetchable_offset
+    if found is None or found[1] >= last_fetchable_offset:  # Kafka: only offsets a consumer may fetch
+        return -1, -1
+    return found

@@ -93,33 +93,73 @@ def read_tables(snapshot: Snapshot, directory: str, start_offset: int, end_offse
 
 
 def offset_for_time(snapshot: Snapshot, directory: str, timestamp_ms: int) -> int | None:
-    """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``.
+    """Kafka's offsetsForTimes: the first offset whose timestamp is >= ``timestamp_ms``."""
+    found = timestamp_and_offset_for_time(snapshot, directory, timestamp_ms)
+    return None if found is None else found[1]
+
+
+def timestamp_and_offset_for_time(snapshot: Snapshot, directory: str, timestamp_ms: int) -> tuple[int, int] | None:
+    """Kafka's offsetsForTimes: ``(timestamp, offset)`` of the first record whose timestamp is >=
+    ``timestamp_ms``, the record's own timestamp (not the one asked for); None when there is none.
 
     Only the first segment whose newest timestamp reaches ``timestamp_ms`` can hold it (every earlier
     record is older), and inside it only the row groups (or frames) whose newest timestamp does. A
-    timestamp that is not a Java ``long`` is :class:`InvalidRequestError`."""
+    timestamp that is not a Java ``long`` is :class:`InvalidRequestError`. Transaction markers are not
+    records here."""
     if not (isinstance(timestamp_ms, numbers.Integral) and not isinstance(timestamp_ms, bool)
             and LONG_MIN <= int(timestamp_ms) <= LONG_MAX):
         raise InvalidRequestError(f"timestamp_ms must be an int (epoch milliseconds), not {timestamp_ms!r}")
     for _ in range(READ_RETRIES):
         try:
-            sealed, active = snapshot(0, None)
-            for segment in sealed:
-                if segment.meta.max_timestamp < timestamp_ms or not segment.meta.record_count:
-                    continue
-                for table in segment.read_from_time(timestamp_ms, list(_TIME_COLUMNS)):
-                    found = _first_at_or_after(table, timestamp_ms)
-                    if found is not None:
-                        return found
-            for frame in active.frames_from_time(timestamp_ms):
-                rows = pa.Table.from_batches([active.read_frame(frame)])
-                found = _first_at_or_after(rows, timestamp_ms)
+            for table in _time_tables(snapshot, timestamp_ms):
+                found = _first_at_or_after(table, timestamp_ms)
                 if found is not None:
                     return found
             return None
         except FileNotFoundError:
             continue  # a roll replaced the active segment under us: look again
     raise CorruptSegmentError(f"{directory}: segments kept changing during a search")
+
+
+def max_timestamp_and_offset(snapshot: Snapshot, directory: str) -> tuple[int, int] | None:
+    """Kafka's ListOffsets MAX_TIMESTAMP (KIP-734): ``(timestamp, offset)`` of the record with the largest
+    timestamp, the first such record (lowest offset) on a tie, as Kafka's segment keeps the first offset
+    at its largest timestamp; None for a log without records. Transaction markers are not records here.
+
+    A segment, row group or frame is read only if its newest timestamp is above the best found so far."""
+    for _ in range(READ_RETRIES):
+        try:
+            return _max_in(snapshot)
+        except FileNotFoundError:
+            continue  # a roll replaced the active segment under us: look again
+    raise CorruptSegmentError(f"{directory}: segments kept changing during a search")
+
+
+def _max_in(snapshot: Snapshot) -> tuple[int, int] | None:
+    best: list[tuple[int, int]] = []  # the largest so far; only a larger timestamp replaces it
+    for table in _time_tables(snapshot, LONG_MIN, above=lambda: best[0][0] + 1 if best else LONG_MIN):
+        found = _largest(table)
+        if found is not None and (not best or found[0] > best[0][0]):
+            best[:] = [found]
+    return best[0] if best else None
+
+
+def _time_tables(snapshot: Snapshot, timestamp_ms: int,
+                 above: Callable[[], int] | None = None) -> Iterator[pa.Table]:
+    """The ``offset``, ``timestamp`` and ``control_type`` columns, in offset order, of the row groups and
+    frames whose newest timestamp is at least ``timestamp_ms`` (or ``above()``, asked afresh before each
+    segment and frame)."""
+    def floor() -> int:
+        return timestamp_ms if above is None else above()
+
+    sealed, active = snapshot(0, None)
+    for segment in sealed:
+        if segment.meta.max_timestamp < floor() or not segment.meta.record_count:
+            continue
+        yield from segment.read_from_time(floor(), list(_TIME_COLUMNS))
+    for frame in active.frames_from_time(floor()):
+        if frame.max_timestamp >= floor():
+            yield pa.Table.from_batches([active.read_frame(frame)])
 
 
 def rows_from(sealed: list[SealedSegment], active: ActiveSegment, start: int, columns: list[str]) -> Iterator[pa.Table]:
@@ -148,7 +188,19 @@ def _finish(table: pa.Table, columns: list[str] | None, include_control: bool,
     return table.select(columns) if columns is not None else table
 
 
-def _first_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
-    hits = np.flatnonzero((to_numpy(table.column("timestamp")) >= timestamp_ms)
-                          & (to_numpy(table.column("control_type")) == CONTROL_NONE))
-    return int(to_numpy(table.column("offset"))[hits[0]]) if len(hits) else None
+def _first_at_or_after(table: pa.Table, timestamp_ms: int) -> tuple[int, int] | None:
+    timestamps = to_numpy(table.column("timestamp"))
+    hits = np.flatnonzero((timestamps >= timestamp_ms) & (to_numpy(table.column("control_type")) == CONTROL_NONE))
+    if not len(hits):
+        return None
+    return int(timestamps[hits[0]]), int(to_numpy(table.column("offset"))[hits[0]])
+
+
+def _largest(table: pa.Table) -> tuple[int, int] | None:
+    """``(timestamp, offset)`` of the first record with the table's largest timestamp, markers left out."""
+    records = np.flatnonzero(to_numpy(table.column("control_type")) == CONTROL_NONE)
+    if not len(records):
+        return None
+    timestamps = to_numpy(table.column("timestamp"))[records]
+    at = records[int(np.argmax(timestamps))]  # argmax: the first of equal maxima
+    return int(to_numpy(table.column("timestamp"))[at]), int(to_numpy(table.column("offset"))[at])
