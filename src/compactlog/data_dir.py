@@ -44,6 +44,7 @@ import errno
 import fcntl
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -236,3 +237,14 @@ def open_partition_lock(directory: str, read_only: bool) -> tuple[int, int]:
     except FileNotFoundError:
         return os.open(directory, os.O_RDONLY), fcntl.LOCK_SH
 
+
+@contextlib.contextmanager
+def exclusive_lock(path: str) -> Iterator[None]:
+    """``flock`` (exclusive, blocking) of the lock file ``path``, created if missing; released on exit. Not
+    re-entrant within a process: never nest two holds of one file."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

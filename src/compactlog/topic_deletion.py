@@ -27,14 +27,13 @@ marker whose metadata file is gone or holds another id only needs removing.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 
 from .checkpoint import CheckpointFile
+from .data_dir import exclusive_lock
 from .errors import UnknownTopicOrPartitionError
 from .faults import fault_point
 from .segment import fsync_path
@@ -104,7 +103,8 @@ def _delete_marked(data_dir: str, topics_dir: str, topic: str, partitions: int |
             continue  # renamed before a crash
         # Kafka's "<topic>-<partition>.<uuid>-delete", the name cut to fit a file name's 255 bytes.
         target = os.path.join(data_dir, f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        with _partition_locked(directory):  # waits out an append or a swap of another process
+        # The partition lock (``<partition-dir>/.lock``, as :func:`compactlog.data_dir.open_partition_lock`)
+        with exclusive_lock(os.path.join(directory, ".lock")):  # waits out an append or a swap of another process
             os.replace(directory, target)
         fsync_path(data_dir)
         doomed.append(target)
@@ -123,17 +123,6 @@ def _partition_numbers(data_dir: str, topic: str) -> list[int]:
     prefix = f"{topic}-"
     return sorted(int(name[len(prefix):]) for name in os.listdir(data_dir)
                   if name.startswith(prefix) and name[len(prefix):].isdigit())
-
-
-@contextlib.contextmanager
-def _partition_locked(directory: str) -> Iterator[None]:
-    """The partition lock (``<partition-dir>/.lock``, as :func:`compactlog.data_dir.open_partition_lock`)."""
-    fd = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def finish_pending_deletions(data_dir: str, topics_dir: str, checkpoint: CheckpointFile) -> None:

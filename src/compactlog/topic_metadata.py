@@ -15,7 +15,6 @@ only in ``.`` versus ``_`` collide (Kafka's ``Topic.hasCollision``: its metric n
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import BrokerConfig, TopicConfig, topic_config
+from .data_dir import exclusive_lock
 from .errors import ConfigError, CorruptTopicMetadataError, InvalidTopicError
 from .segment import fsync_path
 
@@ -101,12 +101,8 @@ def metadata_lock(directory: str) -> Iterator[None]:
     """``flock`` of ``.topics/.lock``: held by each write of a metadata file, by the removal of stale
     temporary files, so that the removal never takes the file of a write in progress, and by a topic's
     deletion and its recovery (:mod:`compactlog.topic_deletion`). Not re-entrant: never nest it."""
-    fd = os.open(os.path.join(directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(os.path.join(directory, ".lock")):
         yield
-    finally:
-        os.close(fd)
 
 
 def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],

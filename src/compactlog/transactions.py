@@ -41,17 +41,17 @@ Rules (Kafka's transaction coordinator, on one machine):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .data_dir import exclusive_lock
 from .errors import (
     CorruptTransactionStateError,
     InvalidTransactionTimeoutError,
@@ -174,14 +174,8 @@ class TransactionCoordinator:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self.directory, name))
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        fd = os.open(os.path.join(self.directory, ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return exclusive_lock(os.path.join(self.directory, ".lock"))
 
     def _write(self, name: str, text: str, sync: bool = True) -> None:
         path = os.path.join(self.directory, name)

@@ -28,16 +28,15 @@ from an empty state, logs a warning, and its next pass writes a good file).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import threading
 import zlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from ..data_dir import exclusive_lock
 from ..errors import CorruptCleanerStateError
 from ..segment import fsync_path
 from .metrics import CleanerStats
@@ -148,7 +147,7 @@ def load_cleaner_state(data_dir: str, remove_tmp: bool) -> CleanerState:
     """The state a store starts from: :func:`read_cleaner_state`, or an empty state (logged) if the file is
     damaged. ``remove_tmp`` (a writable store) also removes the ``.tmp`` of a write a kill interrupted."""
     if remove_tmp:
-        with _exclusive(data_dir), contextlib.suppress(FileNotFoundError):
+        with exclusive_lock(state_path(data_dir) + ".lock"), contextlib.suppress(FileNotFoundError):
             os.unlink(state_path(data_dir) + ".tmp")
     try:
         return read_cleaner_state(data_dir)
@@ -157,22 +156,12 @@ def load_cleaner_state(data_dir: str, remove_tmp: bool) -> CleanerState:
         return CleanerState()
 
 
-@contextlib.contextmanager
-def _exclusive(data_dir: str) -> Iterator[None]:
-    fd = os.open(state_path(data_dir) + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def write_cleaner_state(data_dir: str, state: CleanerState) -> None:
     """Replace ``cleaner-state.json`` atomically (see the module docstring)."""
     path = state_path(data_dir)
     tmp = path + ".tmp"
     data = encode_state(state)
-    with _exclusive(data_dir):
+    with exclusive_lock(state_path(data_dir) + ".lock"):
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
