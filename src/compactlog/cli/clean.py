@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ExecutorError
 from ..maintenance import PartitionPlan, PassReport, plan_pass, plan_transaction_expiry, run_pass
-from .common import UsageError, data_dir_parent, human_bytes, open_store, print_json
+from .common import UsageError, add_executor_options, data_dir_parent, human_bytes, open_store, print_json
 
 if TYPE_CHECKING:
     from ..cleaner.cleaner import CleanReport
@@ -41,10 +41,7 @@ def add_parser(commands: Any) -> None:
                        help="compact now: roll active segments and ignore the dirty ratio (not the min lag)")
     clean.add_argument("--dry-run", action="store_true",
                        help="change nothing; print what would be done, why, and an estimate of what is freed")
-    where = clean.add_mutually_exclusive_group()
-    where.add_argument("--in-process", action="store_true", help="run in this process, without Spark")
-    where.add_argument("--spark-master", metavar="URL",
-                       help="Spark master (default: $COMPACTLOG_SPARK_MASTER, else local[*])")
+    add_executor_options(clean, "run in this process, without Spark")
     clean.add_argument("--json", action="store_true", help="machine-readable output")
     clean.set_defaults(run=run)
 

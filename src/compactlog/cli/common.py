@@ -46,6 +46,14 @@ def open_store(args: argparse.Namespace, create: bool = False) -> compactlog.Sto
     return compactlog.open(path)
 
 
+def add_executor_options(parser: argparse.ArgumentParser, in_process_help: str) -> None:
+    """Where cleaner rounds run: ``--in-process`` or ``--spark-master URL`` (one or neither)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--in-process", action="store_true", help=in_process_help)
+    where.add_argument("--spark-master", metavar="URL",
+                       help="Spark master (default: $COMPACTLOG_SPARK_MASTER, else local[*])")
+
+
 def human_bytes(size: int) -> str:
     value = float(size)
     for unit in ("B", "kB", "MB", "GB", "TB"):

@@ -27,7 +27,7 @@ from ..cleaner_service import CleanerService
 from ..errors import ExecutorError
 from ..metrics_endpoint import DEFAULT_ADDRESS, MetricsEndpoint, parse_address
 from ..server import Component, DataDirectoryLock, Server
-from .common import data_dir_parent, open_store
+from .common import add_executor_options, data_dir_parent, open_store
 
 
 def add_parser(commands: Any) -> None:
@@ -41,10 +41,7 @@ def add_parser(commands: Any) -> None:
                             "listeners, else PLAINTEXT://127.0.0.1:9092)")
     serve.add_argument("--advertised-listeners", metavar="LISTENERS",
                        help="what Metadata tells clients to connect to (default: the listeners as bound)")
-    where = serve.add_mutually_exclusive_group()
-    where.add_argument("--in-process", action="store_true", help="clean in this process, without Spark")
-    where.add_argument("--spark-master", metavar="URL",
-                       help="Spark master (default: $COMPACTLOG_SPARK_MASTER, else local[*])")
+    add_executor_options(serve, "clean in this process, without Spark")
     serve.set_defaults(run=run)
 
 
