@@ -49,9 +49,10 @@ def peak_rss_bytes(pid: int) -> int:
 @pytest.fixture
 def served(data_dir: str) -> Iterator[tuple[int, Connection]]:
     """A broker on a data directory with topic ``t`` (delete policy: keyless records are allowed): its pid
-    and a connection."""
+    and a connection. Retention is off: the batches carry timestamps years old, which the broker's cleaner
+    service would otherwise roll (segment.ms) and delete (retention.ms) on its first pass, as Kafka does."""
     with compactlog.open(data_dir) as store:
-        store.create_topic("t", 1, {"cleanup.policy": "delete"})
+        store.create_topic("t", 1, {"cleanup.policy": "delete", "retention.ms": "-1"})
     proc, port = start_broker(data_dir)
     conn = Connection(f"127.0.0.1:{port}")
     try:
