@@ -44,12 +44,19 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 
 from ..errors import MalformedRequestError
 from ..network.socket_server import PendingResponse
-from . import fetch, metadata, produce, topic_admin
+from . import fetch, find_coordinator, metadata, produce, topic_admin
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
 from .messages import build, null_field
@@ -86,12 +93,14 @@ def _api_keys() -> list[dict[str, int]]:
 
 # The versions are those every listed field is handled at. Caps below kafka-python's maxima: Metadata 9 and
 # Fetch 12 and Produce 9 and DeleteTopics 5 (later versions name topics by topic id), ListOffsets 7,
-# CreateTopics 6, InitProducerId 4 (later ones are for transactions, issue 19).
+# CreateTopics 6, InitProducerId 4 (later ones are for transactions, issue 19), FindCoordinator 4 (5 and 6
+# add share groups' errors).
 APIS: dict[int, Api] = {api.key: api for api in (
     Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
     Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
     Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 7, fetch.handle_list_offsets),
     Api(3, MetadataRequest, MetadataResponse, 0, 9, metadata.handle_metadata),
+    Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 4, find_coordinator.handle_find_coordinator),
     Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
     Api(19, CreateTopicsRequest, CreateTopicsResponse, 2, 6, topic_admin.handle_create_topics),
     Api(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 5, topic_admin.handle_delete_topics),
