@@ -3,6 +3,7 @@ request dispatch and the socket server, started and stopped together."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -33,9 +34,14 @@ class KafkaListener:
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the
         # appends and reads of requests do: done here, so that the first request does not wait for it.
         pa.scalar(0, pa.int64())
+        self.context.groups.load()  # before the first request: a group is answered only once loaded
         self.server.start()
+        assert self.server.loop is not None
+        asyncio.run_coroutine_threadsafe(self.context.groups.start(), self.server.loop).result()
 
     def shutdown(self) -> None:
+        if self.server.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.context.groups.stop(), self.server.loop).result()
         self.server.shutdown()
         self.context.close()
         self.store.close()
