@@ -42,7 +42,8 @@ _MIN_SHARE = 1024
 SERVER_KEYS = frozenset(("listeners", "advertised.listeners", "auto.create.topics.enable", "socket.request.max.bytes",
                          "node.id", "broker.id", "num.partitions",  # the protocol server's, in server_config.py
                          "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-                         "group.initial.rebalance.delay.ms", "group.max.size", "offsets.retention.check.interval.ms"))
+                         "group.initial.rebalance.delay.ms", "group.max.size", "offsets.retention.check.interval.ms",
+                         "offsets.topic.num.partitions", "offsets.topic.segment.bytes", "offsets.retention.minutes"))
 
 
 class Synonym(NamedTuple):

@@ -54,6 +54,12 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               "GROUP_MAX_SIZE_REACHED past it).", low=1),
     ConfigDef("offsets.retention.check.interval.ms", "long", 600_000, "How often committed offsets are checked "
               "for expiry (offsets.retention.minutes).", low=1),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets when it is created "
+              "(a group's offsets live in partition abs(hash(group id)) % this).", low=1),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104_857_600, "segment.bytes of __consumer_offsets when it is "
+              "created, kept small for faster compaction and loading.", low=1, high=INT_MAX),
+    ConfigDef("offsets.retention.minutes", "int", 10_080, "Committed offsets of a group without members expire "
+              "this long after their commit or the group becoming empty, whichever is later (tombstones).", low=1),
 )
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
 if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
@@ -107,6 +113,9 @@ class ServerConfig:
     group_initial_rebalance_delay_ms: int
     group_max_size: int
     offsets_retention_check_interval_ms: int
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_minutes: int
 
 
 def server_config(values: Mapping[str, object]) -> ServerConfig:
@@ -127,6 +136,9 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         group_initial_rebalance_delay_ms=parsed["group.initial.rebalance.delay.ms"],
         group_max_size=parsed["group.max.size"],
         offsets_retention_check_interval_ms=parsed["offsets.retention.check.interval.ms"],
+        offsets_topic_num_partitions=parsed["offsets.topic.num.partitions"],
+        offsets_topic_segment_bytes=parsed["offsets.topic.segment.bytes"],
+        offsets_retention_minutes=parsed["offsets.retention.minutes"],
     )
 
 

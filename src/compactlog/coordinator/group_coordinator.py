@@ -253,7 +253,7 @@ class GroupCoordinator:
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, int]:
         """DeleteGroups: each group's error code; a deleted group's metadata and offsets get tombstones."""
-        results = {}
+        results: dict[str, int] = {}
         for group_id in group_ids:
             group = self.groups.get(group_id)
             if not group_id:
