@@ -35,8 +35,9 @@ __all__ = ["handle_delete_groups", "handle_describe_groups", "handle_heartbeat",
 
 CLASSIC = "classic"
 NO_OFFSET = -1
-# DescribeGroups' authorized operations when the client did not ask for them (Kafka's Int.MinValue).
-OPERATIONS_NOT_REQUESTED = -(2**31)
+# DescribeGroups' authorized operations when the client did not ask for them: kafka-python's bitfield encodes
+# None as Kafka's Int.MinValue.
+OPERATIONS_NOT_REQUESTED = None
 
 
 def _client_id(request: Any) -> str:
