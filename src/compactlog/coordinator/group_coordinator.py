@@ -239,9 +239,6 @@ class GroupCoordinator:
             await self._run(self.manager.store_offsets, group_id, offsets)
         return NONE
 
-    def committed(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        return self.manager.committed(group_id) if group_id in self.groups else {}
-
     async def delete_offsets(self, group_id: str,
                              partitions: list[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
         """OffsetDelete: the group's error and each partition's; the offsets of a topic that a member of the

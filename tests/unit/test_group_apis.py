@@ -1,0 +1,65 @@
+"""The group request handlers (broker/group_apis.py) on a BrokerContext over a store with a FakeClock: per-version
+fields that the real-client tests do not reach."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
+
+from compactlog.broker import group_apis
+from compactlog.broker.context import BrokerContext
+from compactlog.broker.error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
+from compactlog.coordinator.group_metadata_manager import OffsetAndMetadata
+from compactlog.server_config import server_config
+from compactlog.store import open_store
+from support import FakeClock
+
+
+def context(tmp_path) -> BrokerContext:
+    store = open_store(tmp_path, FakeClock())
+    store.create_topic("t", 2)
+    return BrokerContext(store, server_config({"offsets.topic.num.partitions": 2}))
+
+
+def fetch(context: BrokerContext, version: int, require_stable: bool) -> dict[tuple[str, int], tuple[int, int]]:
+    """OffsetFetch of the group's partitions: (topic, partition) -> (error, offset)."""
+    request = OffsetFetchRequest(version=version, group_id="g", topics=None, require_stable=require_stable)
+    response: dict[str, Any] = asyncio.run(group_apis.handle_offset_fetch(context, request, version, "PLAINTEXT"))
+    return {(t["name"], p["partition_index"]): (p["error_code"], p["committed_offset"])
+            for t in response["topics"] for p in t["partitions"]}
+
+
+def test_offset_fetch_requiring_stable_offsets_answers_unstable_for_a_pending_transactions(tmp_path) -> None:
+    ctx = context(tmp_path)
+    try:
+        ctx.groups.manager.store_offsets("g", {("t", 0): OffsetAndMetadata(1)})
+        ctx.groups.manager.store_txn_offsets("g", 100, 0, {("t", 1): OffsetAndMetadata(5)})
+        assert fetch(ctx, 7, require_stable=True) == {("t", 0): (NONE, 1), ("t", 1): (UNSTABLE_OFFSET_COMMIT, -1)}
+        assert fetch(ctx, 7, require_stable=False) == {("t", 0): (NONE, 1)}
+        assert fetch(ctx, 6, require_stable=True) == {("t", 0): (NONE, 1)}  # v6 has no require_stable
+    finally:
+        ctx.close()
+        ctx.store.close()
+
+
+def test_offset_commit_refuses_only_the_partitions_this_broker_does_not_have(tmp_path) -> None:
+    ctx = context(tmp_path)
+    try:
+        partition = OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        request = OffsetCommitRequest(version=8, group_id="g", generation_id_or_member_epoch=-1, member_id="",
+                                      group_instance_id=None, topics=[
+            OffsetCommitRequest.OffsetCommitRequestTopic(name="t", partitions=[
+                partition(partition_index=1, committed_offset=4, committed_leader_epoch=-1, committed_metadata=None),
+                partition(partition_index=2, committed_offset=4, committed_leader_epoch=-1, committed_metadata=None)]),
+            OffsetCommitRequest.OffsetCommitRequestTopic(name="missing", partitions=[
+                partition(partition_index=0, committed_offset=4, committed_leader_epoch=-1, committed_metadata="")])])
+        response = asyncio.run(group_apis.handle_offset_commit(ctx, request, 8, "PLAINTEXT"))
+        assert {(t["name"], p["partition_index"]): p["error_code"] for t in response["topics"]
+                for p in t["partitions"]} == {("t", 1): NONE, ("t", 2): UNKNOWN_TOPIC_OR_PARTITION,
+                                              ("missing", 0): UNKNOWN_TOPIC_OR_PARTITION}
+        assert {tp: o.offset for tp, o in ctx.groups.manager.committed("g").items()} == {("t", 1): 4}
+    finally:
+        ctx.close()
+        ctx.store.close()
