@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker import start_broker, stop_broker
@@ -243,3 +244,43 @@ def test_commits_survive_a_kill_9_and_a_restart_of_the_broker(tmp_path: Path, gr
         resumed.stop_all()
     finally:
         stop_broker(proc)
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance(broker: str) -> None:
+    """confluent-kafka members with group.instance.id: one closes (a static member sends no LeaveGroup) and
+    comes back under a new member id; the other is never revoked and both keep their partitions."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    create_topic(broker)
+    revoked: list[int] = []
+
+    def member(instance: str, on_revoke: Callable[..., None] | None = None) -> Any:
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": "static",
+                                             "group.instance.id": instance, "session.timeout.ms": 6000,
+                                             "heartbeat.interval.ms": 500})
+        if on_revoke is None:
+            consumer.subscribe([TOPIC])
+        else:
+            consumer.subscribe([TOPIC], on_revoke=on_revoke)
+        return consumer
+
+    def assignments(consumers: list[Any]) -> list[list[int]]:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            for consumer in consumers:
+                consumer.poll(0.1)
+            shares = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+            if sum(map(len, shares)) == PARTITIONS and all(shares):
+                return shares
+            assert time.monotonic() < deadline, f"no full assignment: {shares}"
+
+    first = member("first")
+    second = member("second", on_revoke=lambda consumer, partitions: revoked.append(len(partitions)))
+    try:
+        before = assignments([first, second])
+        first.close()
+        first = member("first")
+        assert assignments([first, second]) == before
+        assert revoked == []
+    finally:
+        first.close()
+        second.close()
