@@ -64,7 +64,7 @@ async def handle_join_group(context: BrokerContext, request: Any, version: int, 
     return {"throttle_time_ms": 0, "error_code": result.error, "generation_id": result.generation,
             "protocol_type": result.protocol_type,
             "protocol_name": result.protocol if version >= 7 else result.protocol or "",
-            "leader": result.leader, "skip_assignment": False, "member_id": result.member_id,
+            "leader": result.leader, "skip_assignment": result.skip_assignment, "member_id": result.member_id,
             "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
                         for member_id, instance_id, metadata in result.members]}
 
