@@ -6,11 +6,31 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetFetchRequest
+import pytest
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 
 from compactlog.broker import group_apis
 from compactlog.broker.context import BrokerContext
-from compactlog.broker.error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
+from compactlog.broker.error_codes import (
+    MEMBER_ID_REQUIRED,
+    NONE,
+    UNKNOWN_MEMBER_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSTABLE_OFFSET_COMMIT,
+)
+from compactlog.broker.kafka_apis import KafkaApis
+from compactlog.broker.messages import build
 from compactlog.coordinator.group_metadata_manager import OffsetAndMetadata
 from compactlog.server_config import server_config
 from compactlog.store import open_store
@@ -20,7 +40,8 @@ from support import FakeClock
 def context(tmp_path) -> BrokerContext:
     store = open_store(tmp_path, FakeClock())
     store.create_topic("t", 2)
-    return BrokerContext(store, server_config({"offsets.topic.num.partitions": 2}))
+    return BrokerContext(store, server_config({"offsets.topic.num.partitions": 2,
+                                              "group.initial.rebalance.delay.ms": 0}))
 
 
 def fetch(context: BrokerContext, version: int, require_stable: bool) -> dict[tuple[str, int], tuple[int, int]]:
@@ -60,6 +81,53 @@ def test_offset_commit_refuses_only_the_partitions_this_broker_does_not_have(tmp
                 for p in t["partitions"]} == {("t", 1): NONE, ("t", 2): UNKNOWN_TOPIC_OR_PARTITION,
                                               ("missing", 0): UNKNOWN_TOPIC_OR_PARTITION}
         assert {tp: o.offset for tp, o in ctx.groups.manager.committed("g").items()} == {("t", 1): 4}
+    finally:
+        ctx.close()
+        ctx.store.close()
+
+
+@pytest.mark.parametrize("version", range(10))
+def test_every_advertised_membership_version_joins_syncs_heartbeats_and_leaves(tmp_path, version: int) -> None:
+    """JoinGroup at ``version`` (v4+ after MEMBER_ID_REQUIRED), then SyncGroup, Heartbeat and LeaveGroup at
+    the nearest version each has, all through the dispatcher's decode and encode."""
+    ctx = context(tmp_path)
+    apis = KafkaApis(ctx)
+
+    async def send(request_class: Any, response_class: Any, v: int, fields: dict[str, Any]) -> Any:
+        request = build(request_class, v, fields)
+        request.with_header(correlation_id=7, client_id="client")
+        frame = await apis.handle(bytes(request.encode(header=True)), "PLAINTEXT")
+        assert isinstance(frame, bytearray)
+        return response_class.decode(bytes(frame[4:]), version=v, header=True)
+
+    async def scenario() -> None:
+        join = {"group_id": "g", "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+                "protocols": [{"name": "range", "metadata": b"subscription"}]}
+        joined = await send(JoinGroupRequest, JoinGroupResponse, version, join)
+        if version >= 4:
+            assert joined.error_code == MEMBER_ID_REQUIRED and joined.member_id.startswith("client-")
+            joined = await send(JoinGroupRequest, JoinGroupResponse, version, {**join, "member_id": joined.member_id})
+        assert (joined.error_code, joined.generation_id, joined.leader) == (NONE, 1, joined.member_id)
+        assert [(m.member_id, m.metadata) for m in joined.members] == [(joined.member_id, b"subscription")]
+        member = {"group_id": "g", "generation_id": 1, "member_id": joined.member_id, "group_instance_id": None}
+        synced = await send(SyncGroupRequest, SyncGroupResponse, min(version, 5), {
+            **member, "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": [{"member_id": joined.member_id, "assignment": b"mine"}]})
+        assert (synced.error_code, synced.assignment) == (NONE, b"mine")
+        beat = await send(HeartbeatRequest, HeartbeatResponse, min(version, 4), member)
+        assert beat.error_code == NONE
+        leave_version = min(version, 5)
+        identity = {"member_id": joined.member_id, "group_instance_id": None, "reason": None}
+        left = await send(LeaveGroupRequest, LeaveGroupResponse, leave_version,
+                          {"group_id": "g", "member_id": joined.member_id, "members": [identity]})
+        errors = [left.error_code] + [m.error_code for m in left.members or ()]
+        assert errors == [NONE] * (1 if leave_version < 3 else 2)
+        beat = await send(HeartbeatRequest, HeartbeatResponse, min(version, 4), member)
+        assert beat.error_code == UNKNOWN_MEMBER_ID
+
+    try:
+        asyncio.run(scenario())
     finally:
         ctx.close()
         ctx.store.close()
