@@ -7,6 +7,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from kafka.protocol.admin.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -15,7 +23,11 @@ from kafka.protocol.consumer.group import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -23,6 +35,7 @@ from kafka.protocol.consumer.group import (
 from compactlog.broker import group_apis
 from compactlog.broker.context import BrokerContext
 from compactlog.broker.error_codes import (
+    GROUP_ID_NOT_FOUND,
     MEMBER_ID_REQUIRED,
     NONE,
     UNKNOWN_MEMBER_ID,
@@ -125,6 +138,54 @@ def test_every_advertised_membership_version_joins_syncs_heartbeats_and_leaves(t
         assert errors == [NONE] * (1 if leave_version < 3 else 2)
         beat = await send(HeartbeatRequest, HeartbeatResponse, min(version, 4), member)
         assert beat.error_code == UNKNOWN_MEMBER_ID
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        ctx.close()
+        ctx.store.close()
+
+
+@pytest.mark.parametrize("version", range(10))
+def test_every_advertised_offsets_and_administration_version(tmp_path, version: int) -> None:
+    """A simple consumer's OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, OffsetDelete and DeleteGroups,
+    each at ``version`` capped to its advertised range, through the dispatcher's decode and encode."""
+    ctx = context(tmp_path)
+    apis = KafkaApis(ctx)
+
+    async def send(request_class: Any, response_class: Any, low: int, high: int, fields: dict[str, Any]) -> Any:
+        v = max(low, min(version, high))
+        request = build(request_class, v, fields)
+        request.with_header(correlation_id=7, client_id="client")
+        frame = await apis.handle(bytes(request.encode(header=True)), "PLAINTEXT")
+        assert isinstance(frame, bytearray)
+        return response_class.decode(bytes(frame[4:]), version=v, header=True)
+
+    async def scenario() -> None:
+        committed = await send(OffsetCommitRequest, OffsetCommitResponse, 2, 9, {
+            "group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+            "retention_time_ms": -1, "topics": [{"name": "t", "partitions": [
+                {"partition_index": 1, "committed_offset": 42, "committed_leader_epoch": -1,
+                 "committed_metadata": "meta"}]}]})
+        assert [(p.partition_index, p.error_code) for t in committed.topics for p in t.partitions] == [(1, NONE)]
+        topics = [{"name": "t", "partition_indexes": [0, 1]}]
+        fetched = await send(OffsetFetchRequest, OffsetFetchResponse, 1, 9, {
+            "group_id": "g", "topics": topics, "require_stable": False,
+            "groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": topics}]})
+        partitions = fetched.groups[0].topics[0].partitions if version >= 8 else fetched.topics[0].partitions
+        assert [(p.partition_index, p.committed_offset, p.metadata) for p in partitions] == [
+            (0, -1, ""), (1, 42, "meta")]
+        listed = await send(ListGroupsRequest, ListGroupsResponse, 0, 5, {"states_filter": [], "types_filter": []})
+        assert [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "")]
+        described = await send(DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, {
+            "groups": ["g", "other"], "include_authorized_operations": False})
+        assert [(g.group_id, g.group_state, g.error_code) for g in described.groups] == [
+            ("g", "Empty", NONE), ("other", "Dead", NONE)]
+        removed = await send(OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, {
+            "group_id": "g", "topics": [{"name": "t", "partitions": [{"partition_index": 1}]}]})
+        assert removed.error_code == NONE and removed.topics[0].partitions[0].error_code == NONE
+        deleted = await send(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, {"groups_names": ["g", "other"]})
+        assert [(r.group_id, r.error_code) for r in deleted.results] == [("g", NONE), ("other", GROUP_ID_NOT_FOUND)]
 
     try:
         asyncio.run(scenario())
