@@ -138,7 +138,7 @@ def test_a_restarted_coordinator_loads_groups_without_their_members(tmp_path) ->
     asyncio.run(second(member))
 
 
-def test_offsets_of_an_empty_group_expire_on_the_retention_check(tmp_path) -> None:
+def test_offsets_of_an_empty_group_expire_on_the_retention_check_and_the_group_goes(tmp_path) -> None:
     async def scenario() -> None:
         clock = FakeClock()
         groups = coordinator(tmp_path, clock, **{"offsets.retention.minutes": 1,
@@ -150,6 +150,7 @@ def test_offsets_of_an_empty_group_expire_on_the_retention_check(tmp_path) -> No
         clock.advance(1_000)
         await groups.tick(clock())
         assert groups.manager.committed("simple") == {}
+        assert "simple" not in groups.groups  # no members, no offsets: forgotten, as Kafka does
 
     asyncio.run(scenario())
 

@@ -110,6 +110,19 @@ class GroupCoordinator:
         if now >= self._next_offsets_expiry:
             self._next_offsets_expiry = now + self.config.offsets_retention_check_interval_ms
             await self._run(self.manager.expire_offsets, now, self.is_empty)
+            await self._remove_forgotten_groups(now)
+
+    async def _remove_forgotten_groups(self, now: int) -> None:
+        """Kafka's cleanup after an expiry: a group with no members and no offsets left is dead and forgotten
+        (its metadata gets a tombstone), as if deleted."""
+        empty = [g.group_id for g in self.groups.values() if g.state == GroupState.EMPTY and g.is_empty]
+        without_offsets = await self._run(_without_offsets, self.manager, empty)
+        for group_id in without_offsets:
+            group = self.groups.get(group_id)
+            if group is not None and group.state == GroupState.EMPTY and group.is_empty:  # nobody came meanwhile
+                self._deliver(group_id, group.mark_dead(now))
+                del self.groups[group_id]
+                await self._run(self.manager.delete_group, group_id)
 
     async def expire(self, now: int) -> None:
         """Run every group's deadlines due at ``now`` and answer what they decide."""
@@ -284,3 +297,6 @@ def snapshot(group: GroupMetadata) -> GroupSnapshot:
     return GroupSnapshot(group.group_id, group.protocol_type or "", group.generation, group.protocol, group.leader,
                          group.current_state_timestamp, members)
 
+
+def _without_offsets(manager: GroupMetadataManager, group_ids: list[str]) -> list[str]:
+    return [group_id for group_id in group_ids if not manager.committed(group_id)]
