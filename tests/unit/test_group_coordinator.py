@@ -12,6 +12,7 @@ import pytest
 from kafka.protocol.consumer import ConsumerProtocolSubscription
 
 from compactlog.broker.error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
     GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC,
     ILLEGAL_GENERATION,
@@ -177,3 +178,16 @@ def test_deleting_groups_and_offsets(tmp_path) -> None:
 def test_a_session_timeout_outside_the_brokers_bounds_is_refused(tmp_path, session: int) -> None:
     groups = coordinator(tmp_path, FakeClock())
     assert asyncio.run(groups.join("g", params(session=session))).error == INVALID_SESSION_TIMEOUT
+
+
+def test_a_group_that_cannot_be_stored_answers_coordinator_not_available_and_stays_unsynced(tmp_path) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        groups = coordinator(tmp_path, clock)
+        joined = await groups.join("g", params())
+        groups.manager.store.close()  # every write now fails (StoreClosedError)
+        synced = await groups.sync("g", joined.member_id, None, 1, None, None, {joined.member_id: b"A"})
+        assert (synced.error, synced.assignment) == (COORDINATOR_NOT_AVAILABLE, b"")
+        assert groups.groups["g"].state == GroupState.COMPLETING_REBALANCE
+
+    asyncio.run(scenario())

@@ -167,8 +167,10 @@ class GroupCoordinator:
     async def _store_if_emptied(self, group: GroupMetadata, was: GroupState) -> None:
         """Kafka stores a group whose rebalance left it without members (its generation went up)."""
         if group.state == GroupState.EMPTY and was != GroupState.EMPTY:
-            with contextlib.suppress(CompactLogError):  # the stored generation only lags; members start over
+            try:
                 await self._run(self.manager.store_group, snapshot(group))
+            except CompactLogError:  # logged: the stored generation lags, and nobody waits on it
+                log.exception("group %s: storing its empty state failed", group.group_id)
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------------------------
 
@@ -206,8 +208,9 @@ class GroupCoordinator:
             try:
                 await self._run(self.manager.store_group, snapshot(group))
                 error = NONE
-            except CompactLogError:
-                error = COORDINATOR_NOT_AVAILABLE  # Kafka's answer to a failed group write: find and retry
+            except CompactLogError:  # Kafka's answer to a failed group write: find the coordinator and retry
+                log.exception("group %s: storing generation %d failed", group_id, generation)
+                error = COORDINATOR_NOT_AVAILABLE
             self._deliver(group_id, group.assignment_stored(generation, error, self._clock()))
         result: SyncResult = await future
         return result
