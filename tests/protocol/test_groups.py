@@ -1,6 +1,6 @@
 """Consumer groups with real clients, unmodified: kafka-python KafkaConsumers and confluent-kafka Consumers in one
 group (child processes, :mod:`group_member`) share a 4-partition topic, take over the partitions of a member
-that stops, and resume from their committed offsets after a broker restart, a kill -9 included: no record
+that stops or is killed, and resume from their committed offsets after a broker restart, a kill -9 included: no record
 lost, a record consumed again only if its offset was not yet committed (at least once)."""
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def check_at_least_once(g: Group, end: int) -> None:
         assert not missing, f"partition {partition} lost offsets {missing[:10]}"
 
 
-def test_kafka_python_and_confluent_members_share_partitions_and_take_over_a_stopped_ones(
+def test_kafka_python_and_confluent_members_share_partitions_and_take_over_a_stopped_or_killed_ones(
         tmp_path: Path, group: Callable[[str], Group]) -> None:
     proc, port = start_broker(broker_dir(tmp_path))
     try:
@@ -197,7 +197,14 @@ def test_kafka_python_and_confluent_members_share_partitions_and_take_over_a_sto
         wait_until(lambda: all_committed(g, 50), "the records after the stop committed")
         assert orphaned and any(orphaned <= (m.assignment() or set()) for m in g.running())
         assert {m.client for m in g.running()} == {"kafka-python", "confluent"}
-        check_at_least_once(g, 50)
+
+        crashed = next(m for m in g.running() if m.client == "confluent")
+        crashed.proc.kill()  # kill -9: no LeaveGroup; its session times out (6 s) and the others take over
+        crashed.proc.wait()
+        produce(bootstrap, 25)
+        wait_until(lambda: split_evenly(g) and len(g.running()) == 2, "2 members share 4 partitions")
+        wait_until(lambda: all_committed(g, 75), "the records after the crash committed")
+        check_at_least_once(g, 75)
         g.stop_all()
     finally:
         stop_broker(proc)
