@@ -68,6 +68,7 @@ def test_admin_clients_list_describe_and_delete_groups_and_offsets(broker: str) 
     [member] = described["members"]
     assert member["member_assignment"]["assigned_partitions"] == [{"topic": "t", "partitions": [0, 1]}]
     assert member["member_metadata"]["topics"] == ["t"]
+    assert member["client_host"] == "/127.0.0.1" and member["client_id"].startswith("kafka-python")
 
     confluent = AdminClient({"bootstrap.servers": broker})
     description = confluent.describe_consumer_groups(["live"])["live"].result(WAIT_S)

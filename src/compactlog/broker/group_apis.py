@@ -6,7 +6,7 @@ fields, per version.
 Rules, as Kafka's ``KafkaApis``:
 
 * JoinGroup v0 has no rebalance timeout: the session timeout serves as one; v4+ members without an id are
-  sent back for one (MEMBER_ID_REQUIRED); the member's host is not known to the handlers and is sent empty;
+  sent back for one (MEMBER_ID_REQUIRED); a member's host is its connection's (``/`` + IP, as Kafka);
 * LeaveGroup v0-v2 leave one member (its error is the response's); v3+ batch members, each with its error;
 * OffsetCommit of a topic or partition this broker does not have is UNKNOWN_TOPIC_OR_PARTITION for that
   partition alone (the others are committed); v2-v4's retention time is not kept: offsets expire by
@@ -27,6 +27,7 @@ from ..coordinator.group_metadata import GroupState
 from ..coordinator.group_metadata_manager import GroupMetadataManager, OffsetAndMetadata, TopicPartition
 from ..coordinator.member_metadata import JoinParams
 from ..errors import UnknownTopicOrPartitionError
+from ..network.socket_server import CLIENT_HOST
 from ..store import Store
 from .context import BrokerContext
 from .error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
@@ -53,7 +54,7 @@ async def handle_join_group(context: BrokerContext, request: Any, version: int, 
         member_id=request.member_id,
         group_instance_id=request.group_instance_id if version >= 5 else None,
         client_id=_client_id(request),
-        client_host="",
+        client_host=CLIENT_HOST.get(),
         rebalance_timeout_ms=request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms,
         session_timeout_ms=request.session_timeout_ms,
         protocol_type=request.protocol_type,

@@ -27,6 +27,7 @@ in a thread of its own that runs the event loop; :meth:`SocketServer.shutdown` c
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -36,7 +37,7 @@ from typing import cast
 from ..errors import MalformedRequestError
 from ..server_config import Listener
 
-__all__ = ["MAX_PENDING_RESPONSES", "PendingResponse", "RequestHandler", "SocketServer"]
+__all__ = ["CLIENT_HOST", "MAX_PENDING_RESPONSES", "PendingResponse", "RequestHandler", "SocketServer"]
 
 log = logging.getLogger("compactlog.network")
 
@@ -54,6 +55,9 @@ class PendingResponse:
 # (frame without its size prefix, listener name) -> a response frame with its size prefix, None, or pending.
 RequestHandler = Callable[[bytes, str], Awaitable["bytes | bytearray | PendingResponse | None"]]
 SIZE_BYTES = 4
+# The host of the connection whose request is being handled, as Kafka writes a client's host ("/" + its IP):
+# set by each connection's task, read by handlers that record it (a group member's host).
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 # Requests of one connection handled but not yet answered, at most (librdkafka sends up to 5 at a time).
 MAX_PENDING_RESPONSES = 8
 _END = object()  # the connection's last request was read: the sender ends after the responses before it
@@ -152,6 +156,7 @@ class SocketServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
         peer = writer.get_extra_info("peername")
+        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
         responses: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING_RESPONSES)
         sender = asyncio.get_running_loop().create_task(self._send(responses, writer, peer))
         shutting_down = False
