@@ -1,6 +1,7 @@
-"""Random interleavings of joins (v4's two steps and older ones), syncs (current and stale generations, the
-leader's stored or failing), heartbeats, leaves and time passing, against the group state machine
-(coordinator/group_metadata.py), with the held responses modelled as the coordinator holds them.
+"""Random interleavings of joins (v4's two steps and older ones, static members among them), syncs (current
+and stale generations, the leader's stored or failing), heartbeats, leaves and time passing, against the
+group state machine (coordinator/group_metadata.py), with the held responses modelled as the coordinator
+holds them.
 
 Invariants, after every step:
 
@@ -9,7 +10,8 @@ Invariants, after every step:
   was waiting;
 * the states hold what Kafka's do: Empty has no members, Stable and CompletingRebalance no member awaiting
   a join, Stable and PreparingRebalance none awaiting a sync, PreparingRebalance a deadline;
-* a group with members has one of them as leader, one without none; generations never go down.
+* a group with members has one of them as leader, one without none; each instance id names the one member
+  that has it; generations never go down.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from support import FakeClock
 
 SESSION = 10_000
 REBALANCE = 20_000
+INSTANCES = st.sampled_from([None, None, "i1", "i2"])  # group.instance.id: most members have none
 PROTOCOLS = st.sampled_from([(("range", b"r"),), (("range", b"r"), ("roundrobin", b"rr")), (("roundrobin", b""),)])
 
 
@@ -37,6 +40,7 @@ class GroupMembership(RuleBasedStateMachine):
         self.group = GroupMetadata("g", 0, 1_000, self.clock())
         self.ids = itertools.count()
         self.known: list[str] = []  # every member id handed out, current or not
+        self.instance: dict[str, str | None] = {}  # member id -> the instance id it joined with
         self.waiting_join: set[str] = set()
         self.waiting_sync: set[str] = set()
         self.generation = 0
@@ -52,10 +56,11 @@ class GroupMembership(RuleBasedStateMachine):
     def member(self, data: st.DataObject) -> str:
         return data.draw(st.sampled_from(self.known)) if self.known else ""
 
-    @rule(v4=st.booleans(), protocols=PROTOCOLS)
-    def join_without_id(self, v4: bool, protocols: tuple[tuple[str, bytes], ...]) -> None:
-        params = JoinParams("", None, "c", "", REBALANCE, SESSION, "consumer", protocols, v4)
+    @rule(v4=st.booleans(), protocols=PROTOCOLS, instance=INSTANCES)
+    def join_without_id(self, v4: bool, protocols: tuple[tuple[str, bytes], ...], instance: str | None) -> None:
+        params = JoinParams("", instance, "c", "", REBALANCE, SESSION, "consumer", protocols, v4)
         member_id, replies = self.group.join(params, f"c-{next(self.ids)}", self.clock())
+        self.instance[member_id] = instance
         self.waiting_join.add(member_id)
         self.deliver(replies)
 
@@ -64,7 +69,8 @@ class GroupMembership(RuleBasedStateMachine):
         member_id = self.member(data)
         if not member_id or member_id in self.waiting_join:
             return  # a client does not send a second JoinGroup while its first waits
-        params = JoinParams(member_id, None, "c", "", REBALANCE, SESSION, "consumer", protocols, True)
+        params = JoinParams(member_id, self.instance.get(member_id), "c", "", REBALANCE, SESSION, "consumer",
+                            protocols, True)
         held, replies = self.group.join(params, "unused", self.clock())
         self.waiting_join.add(held)
         self.deliver(replies)
@@ -77,7 +83,8 @@ class GroupMembership(RuleBasedStateMachine):
         generation = self.group.generation - (1 if stale else 0)
         assignments = {m: m.encode() for m in self.group.members}
         self.waiting_sync.add(member_id)
-        replies, store = self.group.sync(member_id, None, generation, None, None, assignments, self.clock())
+        replies, store = self.group.sync(member_id, self.instance.get(member_id), generation, None, None,
+                                         assignments, self.clock())
         self.deliver(replies)
         if store:
             self.deliver(self.group.assignment_stored(generation, NONE if stored else COORDINATOR_NOT_AVAILABLE,
@@ -88,7 +95,7 @@ class GroupMembership(RuleBasedStateMachine):
     def heartbeat(self, data: st.DataObject) -> None:
         member_id = self.member(data)
         if member_id:
-            self.group.heartbeat(member_id, None, self.group.generation, self.clock())
+            self.group.heartbeat(member_id, self.instance.get(member_id), self.group.generation, self.clock())
 
     @rule(data=st.data())
     def leave(self, data: st.DataObject) -> None:
@@ -96,7 +103,7 @@ class GroupMembership(RuleBasedStateMachine):
         an admin client's removal of members is)."""
         member_id = self.member(data)
         if member_id:
-            _, replies = self.group.leave(member_id, None, self.clock())
+            _, replies = self.group.leave(member_id, self.instance.get(member_id), self.clock())
             self.deliver(replies)
 
     @rule(ms=st.sampled_from([1, 1_000, SESSION, REBALANCE]))
@@ -122,6 +129,8 @@ class GroupMembership(RuleBasedStateMachine):
         if group.state == GroupState.PREPARING_REBALANCE:
             assert group.rebalance_deadline is not None and group.next_deadline() is not None
         assert (group.leader in group.members) if members else group.leader is None
+        assert group.static_members == {m.group_instance_id: m.member_id for m in members
+                                        if m.group_instance_id is not None}
         assert group.generation >= self.generation
         self.generation = group.generation
 
