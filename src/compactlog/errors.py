@@ -144,3 +144,14 @@ class CorruptRecordError(CompactLogError):
 class UnsupportedCompressionTypeError(CompactLogError):
     """A record batch whose compression code is none of Kafka's (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
     (Kafka's UnsupportedCompressionTypeException)."""
+
+
+class CorruptOffsetsRecordError(CompactLogError):
+    """A ``__consumer_offsets`` key or value not in Kafka's schemas: an unknown version, short or extra bytes."""
+
+
+class UnknownGroupError(CompactLogError, KeyError):
+    """A consumer group with nothing stored in ``__consumer_offsets``."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

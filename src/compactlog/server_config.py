@@ -43,6 +43,12 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               low=0, nullable=True),
     ConfigDef("num.partitions", "int", 1, "Partitions of a topic created automatically or with -1 "
               "partitions.", low=1),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets when it is created "
+              "(a group's offsets live in partition abs(hash(group id)) % this).", low=1),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104_857_600, "segment.bytes of __consumer_offsets when it is "
+              "created, kept small for faster compaction and loading.", low=1, high=INT_MAX),
+    ConfigDef("offsets.retention.minutes", "int", 10_080, "Committed offsets of a group without members expire "
+              "this long after their commit or the group becoming empty, whichever is later (tombstones).", low=1),
 )
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
 if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
@@ -91,6 +97,9 @@ class ServerConfig:
     socket_request_max_bytes: int
     node_id: int
     num_partitions: int
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_minutes: int
 
 
 def server_config(values: Mapping[str, object]) -> ServerConfig:
@@ -106,6 +115,9 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         socket_request_max_bytes=parsed["socket.request.max.bytes"],
         node_id=node_id,
         num_partitions=parsed["num.partitions"],
+        offsets_topic_num_partitions=parsed["offsets.topic.num.partitions"],
+        offsets_topic_segment_bytes=parsed["offsets.topic.segment.bytes"],
+        offsets_retention_minutes=parsed["offsets.retention.minutes"],
     )
 
 
