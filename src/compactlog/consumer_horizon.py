@@ -18,7 +18,8 @@ Rules:
 ``verify-erasure``'s exit code (:func:`erasure_exit_code`) puts the disk first: a value of the key still in a
 file is a failure (1) whatever the consumers did; with no value left on disk, a group that has not read past
 the key's tombstone makes it 3 (erased from the log, not yet from that consumer's view: it may still hold
-the value it read before, and it learns of the deletion only when it reads the tombstone); 0 only when both
+the value it read before, and it learns of the deletion only when it reads the tombstone), and so does a
+``__consumer_offsets`` that cannot be read (no group can be shown to have read past it); 0 only when both
 hold. When no record of the key is left at all, the tombstone's offset is unknown and no group can be named:
 the disk proof alone decides.
 """
@@ -71,8 +72,9 @@ def partition_tombstones(committed: CommittedOffsets, topic: str, partition: int
     return PartitionTombstones(partition, tombstone_count, oldest_tombstone_offset, behind)
 
 
-def erasure_exit_code(erased_on_disk: bool, behind: Sequence[str]) -> int:
-    """``verify-erasure``'s exit code (module docstring): the disk first, then the consumers."""
+def erasure_exit_code(erased_on_disk: bool, behind: Sequence[str] | None) -> int:
+    """``verify-erasure``'s exit code (module docstring): the disk first, then the consumers; ``behind`` the
+    groups that have not read past the key's tombstone, None when they cannot be known."""
     if not erased_on_disk:
         return EXIT_SURVIVES_ON_DISK
-    return EXIT_GROUPS_BEHIND if behind else EXIT_ERASED
+    return EXIT_GROUPS_BEHIND if behind is None or behind else EXIT_ERASED

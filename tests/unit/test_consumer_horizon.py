@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from tests.support import FakeClock
 
 import compactlog
 from compactlog.consumer_horizon import (
@@ -21,6 +20,7 @@ from compactlog.consumer_horizon import (
     topic_groups,
 )
 from compactlog.partition_view import StoredTombstones, stored_tombstones
+from support import FakeClock
 
 COMMITTED = {
     "billing": {("users", 0): 10, ("users", 1): 3},
@@ -59,6 +59,8 @@ def test_verify_erasure_exit_code_puts_the_disk_first_then_the_consumers() -> No
     assert erasure_exit_code(False, []) == EXIT_SURVIVES_ON_DISK == 1
     assert erasure_exit_code(False, ["audit"]) == EXIT_SURVIVES_ON_DISK
     assert erasure_exit_code(True, ["audit"]) == EXIT_GROUPS_BEHIND == 3
+    assert erasure_exit_code(True, None) == EXIT_GROUPS_BEHIND  # the groups' offsets cannot be read
+    assert erasure_exit_code(False, None) == EXIT_SURVIVES_ON_DISK
     assert erasure_exit_code(True, []) == EXIT_ERASED == 0
 
 
