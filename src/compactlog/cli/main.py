@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import compactlog
 
-from . import clean, consume, dump_segment, explain, metrics, produce, roll, serve, topics, verify_erasure
+from . import clean, consume, dump_segment, explain, groups, metrics, produce, roll, serve, topics, verify_erasure
 from .common import DEFAULT_DATA_DIR, ENV_DATA_DIR, UsageError
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the data directory (default: ${ENV_DATA_DIR}, else ./{DEFAULT_DATA_DIR}); "
                         "also accepted after the command")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (topics, produce, consume, roll, clean, explain, verify_erasure, dump_segment, metrics, serve):
+    for module in (topics, produce, consume, roll, clean, explain, verify_erasure, dump_segment, metrics, serve,
+                   groups):
         module.add_parser(commands)
     return parser
 
