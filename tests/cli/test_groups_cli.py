@@ -59,7 +59,7 @@ def commit(data: Path, group: str, offsets: dict[tuple[str, int], int]) -> None:
 def write_groups(data: Path) -> None:
     """``users`` (2 partitions): users-0 holds a=1, b=1, a=<tombstone>, c=1, b=<tombstone> (offsets 0-4,
     sealed), users-1 two values; ``orders`` one value. Groups: ``billing`` (one member assigned both
-    partitions of users; committed users-0 at 3, users-1 at 1), ``audit`` (no members; users-0 at 5),
+    partitions of users; committed users-0 at 4, the tombstone of b: not read yet; users-1 at 1), ``audit`` (no members; users-0 at 5),
     ``late`` (offsets only, users-1 at 2: none for users-0), ``search`` (orders only)."""
     with compactlog.open(data) as store:
         store.create_topic("users", 2, CONFIG)
@@ -73,7 +73,7 @@ def write_groups(data: Path) -> None:
         member = MemberSnapshot(MEMBER, None, "consumer-1", "/127.0.0.1", 300_000, 45_000, b"",
                                 assignment("users", [0, 1]))
         manager.store_group(GroupSnapshot("billing", "consumer", 4, "range", MEMBER, 1_700_000_000_000, (member,)))
-        manager.store_offsets("billing", {("users", 0): OffsetAndMetadata(3), ("users", 1): OffsetAndMetadata(1)})
+        manager.store_offsets("billing", {("users", 0): OffsetAndMetadata(4), ("users", 1): OffsetAndMetadata(1)})
         manager.store_group(GroupSnapshot("audit", "consumer", 2, None, None, 1_700_000_000_000, ()))
         manager.store_offsets("audit", {("users", 0): OffsetAndMetadata(5)})
         manager.store_offsets("late", {("users", 1): OffsetAndMetadata(2)})
@@ -98,7 +98,7 @@ def test_describe_prints_kafkas_table_with_the_lag_and_the_member_of_each_partit
         "\n"
         "GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG             "
         "CONSUMER-ID            HOST            CLIENT-ID\n"
-        "billing         users           0          3               5               2               "
+        "billing         users           0          4               5               1               "
         "consumer-1-5f1e2a9c-77 /127.0.0.1      consumer-1\n"
         "billing         users           1          1               2               1               "
         "consumer-1-5f1e2a9c-77 /127.0.0.1      consumer-1\n")
@@ -138,7 +138,7 @@ def test_describe_all_groups_and_json(data: Path) -> None:
     assert described["members"] == [{"consumer_id": MEMBER, "group_instance_id": None, "client_id": "consumer-1",
                                      "host": "/127.0.0.1"}]
     assert [(p["topic"], p["partition"], p["current_offset"], p["log_end_offset"], p["lag"], p["consumer_id"])
-            for p in described["partitions"]] == [("users", 0, 3, 5, 2, MEMBER), ("users", 1, 1, 2, 1, MEMBER)]
+            for p in described["partitions"]] == [("users", 0, 4, 5, 1, MEMBER), ("users", 1, 1, 2, 1, MEMBER)]
     listed = json.loads(ok(cli(data, "groups", "describe", "--all-groups", "--json")))
     assert [g["group"] for g in listed] == ["audit", "billing", "late", "search"]
 
@@ -146,7 +146,7 @@ def test_describe_all_groups_and_json(data: Path) -> None:
 def test_metrics_show_each_groups_committed_offset_and_lag(data: Path) -> None:
     text = ok(cli(data, "metrics"))
 
-    assert 'compactlog_consumer_group_lag{group="billing",partition="0",topic="users"} 2.0' in text
+    assert 'compactlog_consumer_group_lag{group="billing",partition="0",topic="users"} 1.0' in text
     assert 'compactlog_consumer_group_lag{group="late",partition="1",topic="users"} 0.0' in text
     assert 'compactlog_consumer_group_committed_offset{group="search",partition="0",topic="orders"} 1.0' in text
 
