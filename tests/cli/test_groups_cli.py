@@ -59,8 +59,9 @@ def commit(data: Path, group: str, offsets: dict[tuple[str, int], int]) -> None:
 def write_groups(data: Path) -> None:
     """``users`` (2 partitions): users-0 holds a=1, b=1, a=<tombstone>, c=1, b=<tombstone> (offsets 0-4,
     sealed), users-1 two values; ``orders`` one value. Groups: ``billing`` (one member assigned both
-    partitions of users; committed users-0 at 4, the tombstone of b: not read yet; users-1 at 1), ``audit`` (no members; users-0 at 5),
-    ``late`` (offsets only, users-1 at 2: none for users-0), ``search`` (orders only)."""
+    partitions of users; committed users-0 at 4, the tombstone of b, not read yet; users-1 at 1), ``audit``
+    (no members; users-0 at 5), ``late`` (offsets only, users-1 at 2: none for users-0), ``search`` (orders
+    only)."""
     with compactlog.open(data) as store:
         store.create_topic("users", 2, CONFIG)
         store.create_topic("orders", 1, CONFIG)
