@@ -189,3 +189,25 @@ def test_verify_erasure_names_the_groups_behind_the_tombstone_and_exits_3_until_
     erased = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
     assert erased.returncode == 0, erased.stdout
     assert "CONSUMERS" not in erased.stdout and erased.stdout.splitlines()[-1].startswith("ERASED: ")
+
+
+def test_unreadable_group_offsets_leave_the_horizon_unknown_and_verify_erasure_unproven(data: Path) -> None:
+    ok(cli(data, "clean", "--force", "--in-process"))  # b's value goes: the disk proof alone would hold
+    with compactlog.open(data) as store:  # a key of a version no Kafka writes: __consumer_offsets is unreadable
+        store.append("__consumer_offsets", 0, pa.table({"key": [b"\x00\x09junk"], "value": [b"x"]}))
+
+    verified = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
+    assert verified.returncode == 3, verified.stdout
+    assert "  CONSUMERS UNKNOWN: the consumer groups' offsets cannot be read: " in verified.stdout
+    assert verified.stdout.splitlines()[-1].endswith("but the consumer groups' offsets cannot be read.")
+
+    described = ok(cli(data, "topics", "describe", "--topic", "users"))
+    assert "\tOldestTombstone: 2\tGroupsBehindIt: unknown" in described
+    assert "Note: the consumer groups behind each tombstone are unknown: " in described
+    explained = ok(cli(data, "explain", "--topic", "users", "--key", "b", "--partition", "0"))
+    assert "    consumer groups: cannot be read (" in explained
+
+    listed = cli(data, "groups", "list")
+    assert listed.returncode == 1 and listed.stderr.startswith("compactlog: CorruptOffsetsRecordError: ")
+    metrics = ok(cli(data, "metrics"))
+    assert "kafka_log_log_logendoffset" in metrics and "compactlog_consumer_group_lag{" not in metrics
