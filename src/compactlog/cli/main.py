@@ -11,6 +11,8 @@ Exit codes and what stderr shows (never a traceback):
   ``compactlog: <ErrorType>: <message>``; or a command that ran and reports a failure (a partition left
   uncleanable, a topic that cannot be described);
 * 2: a usage error: the command's usage on one line, then ``compactlog <command>: error: <message>``;
+* 3: ``verify-erasure`` only: no value of the key is left on disk, but a consumer group has not read past
+  its tombstone (:mod:`.verify_erasure`);
 * 130: interrupted (Ctrl-C).
 """
 

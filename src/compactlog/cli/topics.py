@@ -13,6 +13,8 @@ effect here, and why.
 Per partition it also shows the consumer-aware tombstone horizon (:mod:`compactlog.consumer_horizon`): how
 many tombstones the partition stores and the consumer groups of the topic that have not read past the
 oldest of them (``-``: none stored; unknown when ``__consumer_offsets`` cannot be read, with a note why).
+Counting them reads each partition's ``offset`` and ``value`` columns (a segment's footer keeps no
+statistics of ``value``), one segment at a time.
 """
 
 from __future__ import annotations
