@@ -150,6 +150,10 @@ def test_metrics_show_each_groups_committed_offset_and_lag(data: Path) -> None:
     assert 'compactlog_consumer_group_lag{group="billing",partition="0",topic="users"} 1.0' in text
     assert 'compactlog_consumer_group_lag{group="late",partition="1",topic="users"} 0.0' in text
     assert 'compactlog_consumer_group_committed_offset{group="search",partition="0",topic="orders"} 1.0' in text
+    figures = json.loads(ok(cli(data, "metrics", "--format", "json")))
+    assert {"group": "billing", "topic": "users", "partition": 1, "committed-offset": 1, "lag": 1} in (
+        figures["consumer-groups"])
+    assert len(figures["consumer-groups"]) == 5
 
 
 def test_topics_describe_counts_tombstones_and_names_the_groups_behind_the_oldest(data: Path) -> None:
