@@ -3,14 +3,16 @@ not yet read past it. Pure decisions over committed offsets; no I/O.
 
 Kafka removes a tombstone ``delete.retention.ms`` after the cleaner first keeps it, whoever has read it: a
 consumer further behind than that never sees the deletion. This module names the groups that have not seen it
-yet, from the offsets they committed in ``__consumer_offsets`` (:func:`compactlog.consumer_groups.committed_offsets`).
+yet, from what ``__consumer_offsets`` holds (:class:`ConsumerPositions`): the offsets each group committed and
+the topics its stored members subscribe to.
 
 Rules:
 
 * a group has read past offset ``o`` of a topic-partition when its committed offset for that partition is
   greater than ``o`` (a committed offset is the next offset the group will read, as Kafka's);
-* the groups asked about a topic are those with a committed offset for at least one of its partitions: a
-  group that consumes only other topics has never seen the key, so it holds nothing to delete;
+* the groups asked about a topic are those with a committed offset for at least one of its partitions or
+  whose stored members subscribe to it (a group that joined and has not committed yet): a group that
+  consumes only other topics has never seen the key, so it holds nothing to delete;
 * such a group without a committed offset for the tombstone's partition has not read past it (it has not
   consumed that partition yet, or its offset was deleted or expired: it restarts from ``auto.offset.reset``);
 * the groups behind a partition's oldest stored tombstone are those that have seen none of its deletions.
@@ -27,14 +29,21 @@ the disk proof alone decides.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TopicPartition = tuple[str, int]
-CommittedOffsets = Mapping[str, Mapping[TopicPartition, int]]  # group -> (topic, partition) -> committed offset
 
 EXIT_ERASED = 0
 EXIT_SURVIVES_ON_DISK = 1
 EXIT_GROUPS_BEHIND = 3
+
+
+@dataclass(frozen=True)
+class ConsumerPositions:
+    """What the horizon is decided from."""
+
+    committed: Mapping[str, Mapping[TopicPartition, int]]  # group -> (topic, partition) -> committed offset
+    subscribed: Mapping[str, frozenset[str]] = field(default_factory=dict)  # group -> its members' topics
 
 
 @dataclass(frozen=True)
@@ -47,28 +56,30 @@ class PartitionTombstones:
     groups_behind_oldest: tuple[str, ...]
 
 
-def topic_groups(committed: CommittedOffsets, topic: str) -> list[str]:
-    """The groups with a committed offset for any partition of ``topic``, sorted."""
-    return sorted(group for group, offsets in committed.items() if any(t == topic for t, _ in offsets))
+def topic_groups(positions: ConsumerPositions, topic: str) -> list[str]:
+    """The groups with a committed offset for any partition of ``topic`` or subscribing to it, sorted."""
+    committing = {group for group, offsets in positions.committed.items() if any(t == topic for t, _ in offsets)}
+    subscribing = {group for group, topics in positions.subscribed.items() if topic in topics}
+    return sorted(committing | subscribing)
 
 
-def has_read_past(committed: CommittedOffsets, group: str, topic: str, partition: int, offset: int) -> bool:
+def has_read_past(positions: ConsumerPositions, group: str, topic: str, partition: int, offset: int) -> bool:
     """Whether ``group``'s committed offset for ``topic``-``partition`` is past ``offset`` (none: it is not)."""
-    position = committed.get(group, {}).get((topic, partition))
+    position = positions.committed.get(group, {}).get((topic, partition))
     return position is not None and position > offset
 
 
-def groups_behind(committed: CommittedOffsets, topic: str, partition: int, offset: int) -> list[str]:
+def groups_behind(positions: ConsumerPositions, topic: str, partition: int, offset: int) -> list[str]:
     """The groups of ``topic`` that have not read past ``offset`` of ``topic``-``partition``, sorted."""
-    return [group for group in topic_groups(committed, topic)
-            if not has_read_past(committed, group, topic, partition, offset)]
+    return [group for group in topic_groups(positions, topic)
+            if not has_read_past(positions, group, topic, partition, offset)]
 
 
-def partition_tombstones(committed: CommittedOffsets, topic: str, partition: int, tombstone_count: int,
+def partition_tombstones(positions: ConsumerPositions, topic: str, partition: int, tombstone_count: int,
                          oldest_tombstone_offset: int | None) -> PartitionTombstones:
     """A partition's tombstone count and the groups behind its oldest tombstone (none when none is stored)."""
     behind = () if oldest_tombstone_offset is None else tuple(
-        groups_behind(committed, topic, partition, oldest_tombstone_offset))
+        groups_behind(positions, topic, partition, oldest_tombstone_offset))
     return PartitionTombstones(partition, tombstone_count, oldest_tombstone_offset, behind)
 
 

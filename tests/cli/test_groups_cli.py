@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 import compactlog
 from compactlog.coordinator.group_metadata_manager import (
@@ -27,6 +27,7 @@ pytestmark = pytest.mark.timeout(300)
 
 CLI = str(Path(sys.executable).with_name("compactlog"))
 MEMBER = "consumer-1-5f1e2a9c-77"  # longer than 15 characters: the column widens
+FRESH = "consumer-9-0c"
 CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": 86_400_000, "file.delete.delay.ms": 0}
 
 
@@ -47,6 +48,11 @@ def assignment(topic: str, partitions: list[int]) -> bytes:
     return bytes(ConsumerProtocolAssignment(version=0, assigned_partitions=[entry], user_data=b"").encode())
 
 
+def subscription(topic: str) -> bytes:
+    """A member's subscription in Kafka's ConsumerProtocolSubscription v0 bytes (kafka-python's encoder)."""
+    return bytes(ConsumerProtocolSubscription(version=0, topics=[topic], user_data=b"").encode())
+
+
 def manager_of(store: compactlog.Store) -> GroupMetadataManager:
     return GroupMetadataManager(store, server_config({"offsets.topic.num.partitions": 3}))
 
@@ -60,8 +66,8 @@ def write_groups(data: Path) -> None:
     """``users`` (2 partitions): users-0 holds a=1, b=1, a=<tombstone>, c=1, b=<tombstone> (offsets 0-4,
     sealed), users-1 two values; ``orders`` one value. Groups: ``billing`` (one member assigned both
     partitions of users; committed users-0 at 4, the tombstone of b, not read yet; users-1 at 1), ``audit``
-    (no members; users-0 at 5), ``late`` (offsets only, users-1 at 2: none for users-0), ``search`` (orders
-    only)."""
+    (no members; users-0 at 5), ``fresh`` (a member subscribed to users, assigned nothing, no offsets),
+    ``late`` (offsets only, users-1 at 2: none for users-0), ``search`` (orders only)."""
     with compactlog.open(data) as store:
         store.create_topic("users", 2, CONFIG)
         store.create_topic("orders", 1, CONFIG)
@@ -71,8 +77,11 @@ def write_groups(data: Path) -> None:
         store.append("users", 1, pa.table({"key": [b"x", b"y"], "value": [b"1", b"1"]}))
         store.append("orders", 0, pa.table({"key": [b"o"], "value": [b"1"]}))
         manager = manager_of(store)
-        member = MemberSnapshot(MEMBER, None, "consumer-1", "/127.0.0.1", 300_000, 45_000, b"",
+        member = MemberSnapshot(MEMBER, None, "consumer-1", "/127.0.0.1", 300_000, 45_000, subscription("users"),
                                 assignment("users", [0, 1]))
+        joined = MemberSnapshot(FRESH, None, "consumer-9", "/127.0.0.9", 300_000, 45_000, subscription("users"),
+                                b"")
+        manager.store_group(GroupSnapshot("fresh", "consumer", 1, "range", FRESH, 1_700_000_000_000, (joined,)))
         manager.store_group(GroupSnapshot("billing", "consumer", 4, "range", MEMBER, 1_700_000_000_000, (member,)))
         manager.store_offsets("billing", {("users", 0): OffsetAndMetadata(4), ("users", 1): OffsetAndMetadata(1)})
         manager.store_group(GroupSnapshot("audit", "consumer", 2, None, None, 1_700_000_000_000, ()))
@@ -88,7 +97,7 @@ def data(tmp_path: Path) -> Path:
 
 
 def test_groups_list_prints_one_group_a_line(data: Path) -> None:
-    assert ok(cli(data, "groups", "list")) == "audit\nbilling\nlate\nsearch\n"
+    assert ok(cli(data, "groups", "list")) == "audit\nbilling\nfresh\nlate\nsearch\n"
 
 
 def test_describe_prints_kafkas_table_with_the_lag_and_the_member_of_each_partition(data: Path) -> None:
@@ -131,7 +140,9 @@ def test_describe_all_groups_and_json(data: Path) -> None:
     every = cli(data, "groups", "describe", "--all-groups")
     assert every.returncode == 0
     assert [line.split()[0] for line in every.stdout.splitlines() if line and not line.startswith("GROUP")] == [
-        "audit", "billing", "billing", "late", "search"]
+        "audit", "billing", "billing", "fresh", "late", "search"]
+    assert ("fresh           -               -          -               -               -               "
+            "consumer-9-0c   /127.0.0.9      consumer-9") in every.stdout.splitlines()  # a member assigned nothing
     assert every.stderr.count("has no active members.") == 3  # audit, late and search
 
     described = json.loads(ok(cli(data, "groups", "describe", "--group", "billing", "--json")))
@@ -141,7 +152,7 @@ def test_describe_all_groups_and_json(data: Path) -> None:
     assert [(p["topic"], p["partition"], p["current_offset"], p["log_end_offset"], p["lag"], p["consumer_id"])
             for p in described["partitions"]] == [("users", 0, 4, 5, 1, MEMBER), ("users", 1, 1, 2, 1, MEMBER)]
     listed = json.loads(ok(cli(data, "groups", "describe", "--all-groups", "--json")))
-    assert [g["group"] for g in listed] == ["audit", "billing", "late", "search"]
+    assert [g["group"] for g in listed] == ["audit", "billing", "fresh", "late", "search"]
 
 
 def test_metrics_show_each_groups_committed_offset_and_lag(data: Path) -> None:
@@ -159,37 +170,39 @@ def test_metrics_show_each_groups_committed_offset_and_lag(data: Path) -> None:
 def test_topics_describe_counts_tombstones_and_names_the_groups_behind_the_oldest(data: Path) -> None:
     text = ok(cli(data, "topics", "describe", "--topic", "users"))
     first, second = (line for line in text.splitlines() if line.startswith("\tPartition: "))
-    assert first.endswith("\tTombstones: 2\tOldestTombstone: 2\tGroupsBehindIt: late")
+    assert first.endswith("\tTombstones: 2\tOldestTombstone: 2\tGroupsBehindIt: fresh,late")
     assert second.endswith("\tTombstones: 0")
 
     described = json.loads(ok(cli(data, "topics", "describe", "--topic", "users", "--json")))
     assert [(p["tombstone_count"], p["oldest_tombstone_offset"], p["groups_behind_oldest_tombstone"])
-            for p in described["partitions"]] == [(2, 2, ["late"]), (0, None, [])]
+            for p in described["partitions"]] == [(2, 2, ["fresh", "late"]), (0, None, [])]
 
 
 def test_explain_names_the_groups_that_have_not_read_past_the_keys_tombstones(data: Path) -> None:
     text = ok(cli(data, "explain", "--topic", "users", "--key", "b", "--partition", "0"))
-    assert "    consumer groups not past it: billing, late" in text.splitlines()
+    assert "    consumer groups not past it: billing, fresh, late" in text.splitlines()
 
     described = json.loads(ok(cli(data, "explain", "--topic", "users", "--key", "a", "--partition", "0", "--json")))
-    assert [(r["offset"], r.get("groups_not_read_past")) for r in described["records"]] == [(0, None), (2, ["late"])]
+    assert [(r["offset"], r.get("groups_not_read_past")) for r in described["records"]] == [
+        (0, None), (2, ["fresh", "late"])]
 
 
 def test_verify_erasure_names_the_groups_behind_the_tombstone_and_exits_3_until_they_read_past(data: Path) -> None:
     on_disk = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
     assert on_disk.returncode == 1, on_disk.stdout  # the value at offset 1 is still stored
-    assert "  CONSUMERS BEHIND: 2 consumer group(s) have not read past the tombstone at offset 4: billing, late" \
-        in on_disk.stdout
+    assert "  CONSUMERS BEHIND: 3 consumer group(s) have not read past the tombstone at offset 4: billing, fresh, " \
+        "late" in on_disk.stdout
 
     ok(cli(data, "clean", "--force", "--in-process"))  # drops the value; the tombstone stays a day
     behind = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
     assert behind.returncode == 3, behind.stdout
     assert behind.stdout.splitlines()[-1] == (
-        "ERASED FROM THE LOG, NOT FROM EVERY CONSUMER'S VIEW: no value of key 'b' survives in users-0, but 2 "
+        "ERASED FROM THE LOG, NOT FROM EVERY CONSUMER'S VIEW: no value of key 'b' survives in users-0, but 3 "
         "consumer group(s) have not read past its tombstone.")
 
     commit(data, "billing", {("users", 0): 5})
     commit(data, "late", {("users", 0): 5})
+    commit(data, "fresh", {("users", 0): 5})
     erased = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
     assert erased.returncode == 0, erased.stdout
     assert "CONSUMERS" not in erased.stdout and erased.stdout.splitlines()[-1].startswith("ERASED: ")

@@ -12,6 +12,7 @@ from compactlog.consumer_horizon import (
     EXIT_ERASED,
     EXIT_GROUPS_BEHIND,
     EXIT_SURVIVES_ON_DISK,
+    ConsumerPositions,
     PartitionTombstones,
     erasure_exit_code,
     groups_behind,
@@ -22,12 +23,15 @@ from compactlog.consumer_horizon import (
 from compactlog.partition_view import StoredTombstones, stored_tombstones
 from support import FakeClock
 
-COMMITTED = {
+COMMITTED = ConsumerPositions({
     "billing": {("users", 0): 10, ("users", 1): 3},
     "audit": {("users", 0): 5},
     "search": {("orders", 0): 100},  # never consumed users
     "mirror": {("users", 0): 11, ("users", 1): 4},
-}
+})
+# "fresh" joined, subscribed to users, and has not committed; "billing"'s members subscribe to users too.
+SUBSCRIBED = ConsumerPositions(COMMITTED.committed, {"fresh": frozenset({"users"}), "billing": frozenset({"users"}),
+                                                     "idle": frozenset()})
 
 
 def test_a_group_has_read_past_an_offset_only_when_its_committed_offset_is_greater() -> None:
@@ -37,10 +41,12 @@ def test_a_group_has_read_past_an_offset_only_when_its_committed_offset_is_great
     assert not has_read_past(COMMITTED, "nobody", "users", 0, 0)
 
 
-def test_the_groups_of_a_topic_are_those_with_an_offset_for_any_of_its_partitions() -> None:
+def test_the_groups_of_a_topic_commit_an_offset_for_one_of_its_partitions_or_subscribe_to_it() -> None:
     assert topic_groups(COMMITTED, "users") == ["audit", "billing", "mirror"]
     assert topic_groups(COMMITTED, "orders") == ["search"]
     assert topic_groups(COMMITTED, "other") == []
+    assert topic_groups(SUBSCRIBED, "users") == ["audit", "billing", "fresh", "mirror"]
+    assert topic_groups(SUBSCRIBED, "orders") == ["search"]
 
 
 def test_groups_behind_a_tombstone_include_those_without_an_offset_for_its_partition() -> None:
@@ -48,6 +54,7 @@ def test_groups_behind_a_tombstone_include_those_without_an_offset_for_its_parti
     assert groups_behind(COMMITTED, "users", 0, 4) == []
     assert groups_behind(COMMITTED, "users", 1, 3) == ["audit", "billing"]  # audit never committed users-1
     assert groups_behind(COMMITTED, "orders", 0, 3) == []
+    assert groups_behind(SUBSCRIBED, "users", 0, 4) == ["fresh"]  # subscribed, nothing committed: behind
 
 
 def test_a_partition_names_the_groups_behind_its_oldest_tombstone_and_none_without_one() -> None:

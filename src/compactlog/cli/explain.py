@@ -5,9 +5,9 @@ The partition is Kafka's default partitioner's (murmur2 of the key) unless ``--p
 partition is opened read-only: explaining changes nothing. ``--json`` prints the same as JSON.
 
 For each tombstone of the key it also names the consumer groups of the topic that have not read past it
-(:mod:`compactlog.consumer_horizon`: those with a committed offset for a partition of the topic whose
-offset for this partition is not past the tombstone): a group that read the key's value before may still
-hold it until it reads the tombstone.
+(:mod:`compactlog.consumer_horizon`: those with a committed offset for a partition of the topic, or whose
+members subscribe to it, whose offset for this partition is not past the tombstone): a group that read the
+key's value before may still hold it until it reads the tombstone.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..cleaner.plan import PartitionState
-from ..consumer_horizon import CommittedOffsets, groups_behind, topic_groups
+from ..consumer_horizon import ConsumerPositions, groups_behind, topic_groups
 from ..key_history import KeyRecord, RecordFate, explain_key, format_ms
 from ..log import Log
 from ..partition_view import planner_state, read_only_log
 from ..partitioner import partition_for_key
 from ..store import Store
 from .common import data_dir_parent, open_store, print_json
-from .groups import read_committed_offsets
+from .groups import read_consumer_positions
 
 KEY_COLUMNS = ["offset", "timestamp", "key", "value", "delete_horizon_ms"]
 
@@ -73,10 +73,10 @@ def explain(store: Store, topic: str, key: bytes, partition: int) -> tuple[Parti
     return state, explain_key(records, state, store.clock(), config.roll_ms, config.delete_retention_ms)
 
 
-def tombstone_readers(committed: CommittedOffsets | None, topic: str, partition: int,
+def tombstone_readers(positions: ConsumerPositions | None, topic: str, partition: int,
                       fates: list[RecordFate]) -> dict[int, list[str] | None]:
     """Offset of each tombstone of the key -> the groups that have not read past it (None: unknown)."""
-    return {f.record.offset: None if committed is None else groups_behind(committed, topic, partition, f.record.offset)
+    return {f.record.offset: None if positions is None else groups_behind(positions, topic, partition, f.record.offset)
             for f in fates if f.record.tombstone}
 
 
@@ -101,7 +101,7 @@ def readers_line(offset: int, behind: dict[int, list[str] | None], groups_error:
         return f"    consumer groups not past it: {', '.join(groups)}"
     if topic_has_groups:
         return "    consumer groups: every group of the topic has read past it"
-    return "    consumer groups: none has committed an offset for the topic"
+    return "    consumer groups: none consumes the topic"
 
 
 def fate_line(fate: RecordFate) -> str:
@@ -119,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
         now = store.clock()
         # __consumer_offsets is read whole: only when the key has a tombstone to ask about.
         has_tombstone = any(f.record.tombstone for f in fates)
-        committed, groups_error = read_committed_offsets(store) if has_tombstone else ({}, None)
-    behind = tombstone_readers(committed, args.topic, partition, fates)
+        positions, groups_error = read_consumer_positions(store) if has_tombstone else (ConsumerPositions({}), None)
+    behind = tombstone_readers(positions, args.topic, partition, fates)
     if args.json:
         print_json({"topic": args.topic, "partition": partition, "key": args.key, "now_ms": now,
                     "records": [fate_dict(f, behind) for f in fates]})
@@ -133,5 +133,5 @@ def run(args: argparse.Namespace) -> int:
         print(fate_line(fate))
         if fate.record.tombstone:
             print(readers_line(fate.record.offset, behind, groups_error,
-                               committed is not None and bool(topic_groups(committed, args.topic))))
+                               positions is not None and bool(topic_groups(positions, args.topic))))
     return 0

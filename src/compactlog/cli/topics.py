@@ -26,13 +26,13 @@ from typing import Any
 import compactlog
 from compactlog.config import BROKER_CONFIGS
 from compactlog.config_sources import SOURCE_TOPIC, ConfigEntry, read_server_properties, topic_config_entries
-from compactlog.consumer_horizon import CommittedOffsets, partition_tombstones
+from compactlog.consumer_horizon import ConsumerPositions, partition_tombstones
 from compactlog.errors import CompactLogError
 from compactlog.partition_view import stored_tombstones
 
 from . import log_picture
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
-from .groups import read_committed_offsets
+from .groups import read_consumer_positions
 
 
 def add_topic_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -130,25 +130,26 @@ def broker_configs_without_effect(store: compactlog.Store) -> dict[str, str]:
 
 
 def tombstone_horizon(store: compactlog.Store, topic: str, partition: int,
-                      committed: CommittedOffsets | None) -> dict[str, Any]:
+                      positions: ConsumerPositions | None) -> dict[str, Any]:
     """A partition's stored tombstones and the groups behind the oldest (None where unknown: a log that
     cannot be read, or offsets that cannot be)."""
     try:
         tombstones = stored_tombstones(store.log(topic, partition))
     except CompactLogError:  # the partition's error is already its uncleanable reason
         return {"tombstone_count": None, "oldest_tombstone_offset": None, "groups_behind_oldest_tombstone": None}
-    horizon = partition_tombstones(committed or {}, topic, partition, tombstones.count, tombstones.oldest_offset)
+    horizon = partition_tombstones(positions or ConsumerPositions({}), topic, partition, tombstones.count,
+                                   tombstones.oldest_offset)
     return {"tombstone_count": horizon.tombstone_count, "oldest_tombstone_offset": horizon.oldest_tombstone_offset,
-            "groups_behind_oldest_tombstone": None if committed is None else list(horizon.groups_behind_oldest)}
+            "groups_behind_oldest_tombstone": None if positions is None else list(horizon.groups_behind_oldest)}
 
 
 def describe_topic(store: compactlog.Store, topic: str, all_configs: bool,
-                   committed: CommittedOffsets | None = None) -> dict[str, Any]:
+                   positions: ConsumerPositions | None = None) -> dict[str, Any]:
     partitions = []
     for info in store.describe(topic):
         entry = dataclasses.asdict(info)
         entry["segment_count"] = len(info.segments)
-        entry.update(tombstone_horizon(store, topic, info.partition, committed))
+        entry.update(tombstone_horizon(store, topic, info.partition, positions))
         partitions.append(entry)
     entries = config_entries(store, topic)
     described = {"topic": topic, "partitions": partitions,
@@ -205,14 +206,14 @@ def print_topic(described: dict[str, Any], segments: bool) -> None:
 def run_describe(args: argparse.Namespace) -> int:
     topic = optional_topic_name(args)
     with open_store(args) as store:
-        committed, groups_error = read_committed_offsets(store)
+        positions, groups_error = read_consumer_positions(store)
         if topic:
-            described = [describe_topic(store, topic, args.all, committed)]
+            described = [describe_topic(store, topic, args.all, positions)]
         else:  # every topic: one whose metadata cannot be read shows its error, the others are described
             described = []
             for name in store.topics():
                 try:
-                    described.append(describe_topic(store, name, args.all, committed))
+                    described.append(describe_topic(store, name, args.all, positions))
                 except CompactLogError as e:
                     described.append({"topic": name, "error": str(e)})
         inert = broker_configs_without_effect(store)

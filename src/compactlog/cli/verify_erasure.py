@@ -3,9 +3,9 @@ its partition's directory (:mod:`compactlog.erasure`): live segments, ``.cleaned
 ``.deleted`` files, producer snapshots and every other file.
 
 Beyond the disk, the consumers (:mod:`compactlog.consumer_horizon`): the consumer groups of the topic (those
-with a committed offset in ``__consumer_offsets`` for any of its partitions) that have not read past the key's
-tombstone are named. Such a group may still hold the value it read before: the key is not gone from every
-consumer's view until it reads the tombstone.
+with a committed offset in ``__consumer_offsets`` for any of its partitions, or whose members subscribe to it)
+that have not read past the key's tombstone are named. Such a group may still hold the value it read
+before: the key is not gone from every consumer's view until it reads the tombstone.
 
 Exit codes: 0 only when the key's newest record is a tombstone (or no record of the key is left at all), no
 older value of it survives in any file, and every group of the topic has read past the tombstone; 1 when a
@@ -30,7 +30,7 @@ from ..partition_view import planner_state, read_only_log
 from ..store import Store
 from .common import data_dir_parent, open_store
 from .explain import key_partition
-from .groups import read_committed_offsets
+from .groups import read_consumer_positions
 
 
 def add_parser(commands: Any) -> None:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         scan = scan_partition(directory, key)  # before anything opens the partition
         fates = live_fates(store, args.topic, partition, scan) if scan.records else {}
         delay = store.topic_config(args.topic).file_delete_delay_ms
-        committed, groups_error = read_committed_offsets(store)
+        positions, groups_error = read_consumer_positions(store)
     name = f"{args.topic}-{partition}"
     newest = scan.newest
     print(f"Scanned {len(scan.files)} file(s) of {name} for key {args.key!r}: {len(scan.records)} record(s) found.")
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     elif newest.tombstone:
         horizon = "" if newest.delete_horizon_ms < 0 else f", delete horizon {format_ms(newest.delete_horizon_ms)}"
         print(f"  newest record: tombstone at {_where(newest)}{horizon}")
-        behind = None if committed is None else groups_behind(committed, args.topic, partition, newest.offset)
+        behind = None if positions is None else groups_behind(positions, args.topic, partition, newest.offset)
     else:
         print(f"  LIVE: the newest record is a value, at {_where(newest)}")
     for record in scan.surviving_values:
