@@ -228,3 +228,21 @@ def test_unreadable_group_offsets_leave_the_horizon_unknown_and_verify_erasure_u
     assert listed.returncode == 1 and listed.stderr.startswith("compactlog: CorruptOffsetsRecordError: ")
     metrics = ok(cli(data, "metrics"))
     assert "kafka_log_log_logendoffset" in metrics and "compactlog_consumer_group_lag{" not in metrics
+
+
+def test_a_data_directory_without_consumer_offsets_has_no_groups(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with compactlog.open(data) as store:
+        store.create_topic("t", 1, CONFIG)
+        store.append("t", 0, pa.table({"key": [b"a", b"a"], "value": [b"1", None]}))
+
+    assert ok(cli(data, "groups", "list")) == ""
+    assert ok(cli(data, "groups", "describe", "--all-groups")) == ""
+    unknown = cli(data, "groups", "describe", "--group", "g")
+    assert unknown.returncode == 1
+    assert unknown.stderr == "compactlog: UnknownGroupError: Consumer group 'g' does not exist.\n"
+    assert ok(cli(data, "topics", "describe", "--topic", "t")).splitlines()[1].endswith(
+        "\tTombstones: 1\tOldestTombstone: 1\tGroupsBehindIt: -")
+    assert "    consumer groups: none consumes the topic" in ok(cli(data, "explain", "--topic", "t", "--key", "a"))
+    with compactlog.open(data) as store:
+        assert store.topics() == ["t"]  # reading the groups created nothing
