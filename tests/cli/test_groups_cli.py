@@ -206,6 +206,8 @@ def test_verify_erasure_names_the_groups_behind_the_tombstone_and_exits_3_until_
     erased = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
     assert erased.returncode == 0, erased.stdout
     assert "CONSUMERS" not in erased.stdout and erased.stdout.splitlines()[-1].startswith("ERASED: ")
+    explained = ok(cli(data, "explain", "--topic", "users", "--key", "b", "--partition", "0"))
+    assert "    consumer groups: every group of the topic has read past it" in explained.splitlines()
 
 
 def test_unreadable_group_offsets_leave_the_horizon_unknown_and_verify_erasure_unproven(data: Path) -> None:
