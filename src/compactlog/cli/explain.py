@@ -26,7 +26,7 @@ from ..partition_view import planner_state, read_only_log
 from ..partitioner import partition_for_key
 from ..store import Store
 from .common import data_dir_parent, open_store, print_json
-from .groups import read_consumer_positions
+from .consumer_positions import read_consumer_positions
 
 KEY_COLUMNS = ["offset", "timestamp", "key", "value", "delete_horizon_ms"]
 

@@ -20,11 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..consumer_groups import GroupDescription, describe_group, list_groups
-from ..consumer_horizon import ConsumerPositions
-from ..coordinator.committed_offsets import CommittedOffsets
-from ..coordinator.group_metadata_manager import OFFSETS_TOPIC, replay_partition
-from ..coordinator.offset_expiry import CONSUMER_PROTOCOL_TYPE, subscribed_topics
-from ..errors import CompactLogError, UnknownGroupError
+from ..errors import UnknownGroupError
 from .common import UsageError, data_dir_parent, open_store, print_json
 
 if TYPE_CHECKING:
@@ -55,32 +51,6 @@ def add_parser(commands: Any) -> None:
     which.add_argument("--all-groups", action="store_true", help="every group")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
     describe.set_defaults(run=run_describe)
-
-
-def consumer_positions(store: Store) -> ConsumerPositions:
-    """Every group's committed offsets and the topics its stored members subscribe to, from one replay of
-    ``__consumer_offsets`` (the manager's own, as :mod:`compactlog.consumer_groups` reads it). Only a
-    ``consumer`` group's subscriptions are Kafka's ConsumerProtocolSubscription; one that cannot be decoded
-    counts as none (the group's committed offsets still count)."""
-    state = CommittedOffsets()
-    if OFFSETS_TOPIC in store.topics():
-        for partition in range(store.partitions(OFFSETS_TOPIC)):
-            replay_partition(store, partition, state)
-    committed = {group: {tp: value.offset for tp, value in state.committed(group).items()}
-                 for group in state.group_ids()}
-    subscribed = {group: frozenset(subscribed_topics(snapshot) or ()) for group, snapshot in state.snapshots.items()
-                  if snapshot.protocol_type == CONSUMER_PROTOCOL_TYPE}
-    return ConsumerPositions(committed, subscribed)
-
-
-def read_consumer_positions(store: Store) -> tuple[ConsumerPositions | None, str | None]:
-    """:func:`consumer_positions` for the tombstone horizon (``topics describe``, ``explain``,
-    ``verify-erasure``), or None and why when ``__consumer_offsets`` cannot be read: those commands still
-    report the rest."""
-    try:
-        return consumer_positions(store), None
-    except CompactLogError as e:
-        return None, str(e)
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from compactlog.partition_view import stored_tombstones
 
 from . import log_picture
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
-from .groups import read_consumer_positions
+from .consumer_positions import read_consumer_positions
 
 
 def add_topic_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:

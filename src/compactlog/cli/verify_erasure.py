@@ -29,8 +29,8 @@ from ..key_history import KeyRecord, explain_key, format_ms
 from ..partition_view import planner_state, read_only_log
 from ..store import Store
 from .common import data_dir_parent, open_store
+from .consumer_positions import read_consumer_positions
 from .explain import key_partition
-from .groups import read_consumer_positions
 
 
 def add_parser(commands: Any) -> None:
