@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         scan = scan_partition(directory, key)  # before anything opens the partition
         fates = live_fates(store, args.topic, partition, scan) if scan.records else {}
         delay = store.topic_config(args.topic).file_delete_delay_ms
-        positions, groups_error = read_consumer_positions(store)
+        # __consumer_offsets is read whole: only when there is a tombstone to ask about.
+        asked = scan.newest is not None and scan.newest.tombstone
+        positions, groups_error = read_consumer_positions(store) if asked else (None, None)
     name = f"{args.topic}-{partition}"
     newest = scan.newest
     print(f"Scanned {len(scan.files)} file(s) of {name} for key {args.key!r}: {len(scan.records)} record(s) found.")
