@@ -18,14 +18,15 @@ the number of dead cleaner threads of the process asking (``serve``'s cleaner se
 cleaner thread (``compactlog metrics``) reports 0.
 
 Consumer groups (labels ``group``, ``topic``, ``partition``), from their offsets committed in
-``__consumer_offsets`` (:func:`compactlog.consumer_groups.committed_offsets`):
+``__consumer_offsets`` (replayed as :mod:`compactlog.consumer_groups` reads it):
 ``compactlog_consumer_group_committed_offset`` and ``compactlog_consumer_group_lag``, the partition's log end
 offset minus the committed offset (the lag ``kafka-consumer-groups`` shows; the Kafka lag exporter's
 ``kafka_consumergroup_lag``). A committed offset of a partition that no longer exists, or whose log cannot be
-opened, has no lag gauge; offsets that cannot be read (a damaged ``__consumer_offsets``) are left out and logged.
-Reading the committed offsets means reading ``__consumer_offsets`` whole, so the collector keeps them until
-the log start or end offset of one of its partitions changes (every commit and every expiry appends;
-compaction changes neither end and not the offsets it leaves).
+opened, has no lag gauge; the groups of a ``__consumer_offsets`` partition that cannot be read are left out
+(and logged) until it is written again. Reading committed offsets means replaying ``__consumer_offsets``,
+so the collector keeps each of its partitions' groups (a group's records all live in one partition) until
+that partition's log start or end offset moves (every commit and every expiry appends; compaction leaves
+the offsets as they were): a scrape replays only the partitions written since the last one.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .cleaner.metrics import cleaner_metrics
 from .cleaner.state import read_cleaner_state
-from .consumer_groups import committed_offsets
-from .coordinator.group_metadata_manager import OFFSETS_TOPIC
+from .coordinator.committed_offsets import CommittedOffsets
+from .coordinator.group_metadata_manager import OFFSETS_TOPIC, replay_partition
 from .errors import CompactLogError
 
 if TYPE_CHECKING:
@@ -110,8 +111,7 @@ GROUP_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("compactlog_consumer_group_lag", "lag", "The partition's log end offset minus the group's committed offset"),
 )
 
-# A fingerprint of __consumer_offsets: (partition, log start offset, log end offset) of each of its partitions.
-OffsetsFingerprint = tuple[tuple[int, int, int], ...]
+GroupOffsets = dict[str, dict[tuple[str, int], int]]  # group -> (topic, partition) -> committed offset
 
 
 def prometheus_name(kafka_name: str, mbean_type: str) -> str:
@@ -142,11 +142,6 @@ def partition_gauges(store: Store) -> list[PartitionGauges]:
     return gauges
 
 
-def offsets_fingerprint(partitions: list[PartitionGauges]) -> OffsetsFingerprint:
-    """The fingerprint of ``__consumer_offsets`` in ``partitions`` (empty when it does not exist)."""
-    return tuple((g.partition, g.log_start_offset, g.log_end_offset) for g in partitions if g.topic == OFFSETS_TOPIC)
-
-
 def group_lag_gauges(committed: Mapping[str, Mapping[tuple[str, int], int]],
                      partitions: list[PartitionGauges]) -> list[GroupLagGauges]:
     """Each group's committed offset and lag per partition, by group, topic and partition."""
@@ -160,26 +155,34 @@ def group_lag_gauges(committed: Mapping[str, Mapping[tuple[str, int], int]],
     return gauges
 
 
+def replayed_offsets(store: Store, partition: int) -> GroupOffsets:
+    """The committed offsets of the groups of one ``__consumer_offsets`` partition."""
+    state = CommittedOffsets()
+    replay_partition(store, partition, state)
+    offsets = {group: {tp: value.offset for tp, value in state.committed(group).items()} for group in state.group_ids()}
+    return {group: committed for group, committed in offsets.items() if committed}
+
+
 class CommittedOffsetsCache:
-    """The committed offsets of every group, read again only when ``__consumer_offsets`` changed (module
-    docstring)."""
+    """The committed offsets of every group, each ``__consumer_offsets`` partition replayed again only when
+    its log start or end offset moved (module docstring)."""
 
     def __init__(self) -> None:
-        self._fingerprint: OffsetsFingerprint | None = None
-        self._committed: dict[str, dict[tuple[str, int], int]] = {}
+        self._partitions: dict[int, tuple[tuple[int, int], GroupOffsets]] = {}  # partition -> (ends, its groups)
 
-    def get(self, store: Store, partitions: list[PartitionGauges]) -> dict[str, dict[tuple[str, int], int]]:
-        fingerprint = offsets_fingerprint(partitions)
-        if not fingerprint:
-            return {}
-        if fingerprint != self._fingerprint:
+    def get(self, store: Store, partitions: list[PartitionGauges]) -> GroupOffsets:
+        current = {g.partition: (g.log_start_offset, g.log_end_offset) for g in partitions if g.topic == OFFSETS_TOPIC}
+        self._partitions = {p: cached for p, cached in self._partitions.items() if p in current}
+        for partition, ends in sorted(current.items()):
+            cached = self._partitions.get(partition)
+            if cached is not None and cached[0] == ends:
+                continue
             try:
-                self._committed = committed_offsets(store)
-            except CompactLogError as e:  # the other gauges are still reported; read again next scrape
-                _log.warning("gauges: consumer group offsets left out: %s", e)
-                return {}
-            self._fingerprint = fingerprint
-        return self._committed
+                self._partitions[partition] = (ends, replayed_offsets(store, partition))
+            except CompactLogError as e:  # the other groups are still reported; this one's once it is written
+                _log.warning("gauges: the groups of %s-%d left out: %s", OFFSETS_TOPIC, partition, e)
+                self._partitions[partition] = (ends, {})
+        return {group: offsets for _, groups in self._partitions.values() for group, offsets in groups.items()}
 
 
 def metrics_json(store: Store, dead_threads: int = 0) -> dict[str, Any]:

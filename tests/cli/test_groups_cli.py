@@ -20,6 +20,7 @@ from compactlog.coordinator.group_metadata_manager import (
     GroupSnapshot,
     MemberSnapshot,
     OffsetAndMetadata,
+    partition_for,
 )
 from compactlog.server_config import server_config
 
@@ -212,8 +213,9 @@ def test_verify_erasure_names_the_groups_behind_the_tombstone_and_exits_3_until_
 
 def test_unreadable_group_offsets_leave_the_horizon_unknown_and_verify_erasure_unproven(data: Path) -> None:
     ok(cli(data, "clean", "--force", "--in-process"))  # b's value goes: the disk proof alone would hold
+    damaged = partition_for("billing", 3)  # audit's and search's too; late's is another
     with compactlog.open(data) as store:  # a key of a version no Kafka writes: __consumer_offsets is unreadable
-        store.append("__consumer_offsets", 0, pa.table({"key": [b"\x00\x09junk"], "value": [b"x"]}))
+        store.append("__consumer_offsets", damaged, pa.table({"key": [b"\x00\x09junk"], "value": [b"x"]}))
 
     verified = cli(data, "verify-erasure", "--topic", "users", "--key", "b", "--partition", "0")
     assert verified.returncode == 3, verified.stdout
@@ -228,8 +230,10 @@ def test_unreadable_group_offsets_leave_the_horizon_unknown_and_verify_erasure_u
 
     listed = cli(data, "groups", "list")
     assert listed.returncode == 1 and listed.stderr.startswith("compactlog: CorruptOffsetsRecordError: ")
-    metrics = ok(cli(data, "metrics"))
-    assert "kafka_log_log_logendoffset" in metrics and "compactlog_consumer_group_lag{" not in metrics
+    metrics = ok(cli(data, "metrics"))  # the groups of the other partitions, and every other gauge, still shown
+    assert "kafka_log_log_logendoffset" in metrics
+    assert 'compactlog_consumer_group_lag{group="late",partition="1",topic="users"} 0.0' in metrics
+    assert 'group="billing"' not in metrics and 'group="audit"' not in metrics
 
 
 def test_a_data_directory_without_consumer_offsets_has_no_groups(tmp_path: Path) -> None:
