@@ -1,7 +1,8 @@
 """Random workloads of the group metadata manager against a plain-dict model of committed offsets.
 
 Commits, offset deletions, group deletions, group metadata, and transactional offsets of two producers whose
-transactions commit or abort (markers written as EndTxn writes them), interleaved with restarts. After every
+transactions commit or abort (markers written as EndTxn writes them, or aborted without telling the
+manager, as a timeout in another process would), interleaved with restarts. After every
 step the manager's cache equals the model (liveness: nothing acknowledged is missing, nothing aborted or
 still pending shows); after every restart, and at the end, a fresh manager loading the topic equals it
 too (safety: what is on disk is exactly what was acknowledged).
@@ -117,6 +118,16 @@ class GroupOffsetsModel(RuleBasedStateMachine):
                 self.committed[key] = (write, offset)
         self.pending.pop(producer, None)
 
+    @rule(producer=PRODUCERS)
+    def abort_unseen(self, producer: int) -> None:
+        """ABORT markers written behind the manager's back (a timeout, another process): complete_txn is not
+        called, and the producer's next transaction must not commit these offsets."""
+        store = self.manager.store
+        for partition in range(store.partitions(OFFSETS_TOPIC)):
+            if store.log(OFFSETS_TOPIC, partition).open_transaction(producer) is not None:
+                store.write_marker(OFFSETS_TOPIC, partition, producer, 0, commit=False)
+        self.pending.pop(producer, None)
+
     @rule()
     def restart(self) -> None:
         self.manager.store.close()
@@ -139,5 +150,5 @@ class GroupOffsetsModel(RuleBasedStateMachine):
             assert {tp: o.offset for tp, o in self.manager.committed(group).items()} == self.expected(group)
 
 
-GroupOffsetsModel.TestCase.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
+GroupOffsetsModel.TestCase.settings = settings(max_examples=50, stateful_step_count=30, deadline=None)
 TestGroupOffsetsModel = GroupOffsetsModel.TestCase
