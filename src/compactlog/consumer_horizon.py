@@ -1,5 +1,5 @@
 """The consumer-aware tombstone horizon (beyond Kafka): for a tombstone still stored, which consumer groups have
-not yet read past it. Pure decisions over committed offsets; no I/O.
+not yet read past it. Pure decisions over committed offsets and subscriptions; no I/O.
 
 Kafka removes a tombstone ``delete.retention.ms`` after the cleaner first keeps it, whoever has read it: a
 consumer further behind than that never sees the deletion. This module names the groups that have not seen it
