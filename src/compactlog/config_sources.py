@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, parse_properties, topic_config
+from .config import BROKER_CONFIGS, SERVER_KEYS, TOPIC_CONFIGS, BrokerConfig, parse_properties, topic_config
 
 SOURCE_TOPIC = "topic"
 SOURCE_DATA_DIRECTORY = "data-directory"
@@ -56,8 +56,9 @@ class ConfigEntry:
 def topic_config_entries(overrides: Mapping[str, Any], server_properties: Mapping[str, str]) -> list[ConfigEntry]:
     """Every topic config of a topic with ``overrides`` (its own configs, Kafka names) in a data directory
     whose ``server.properties`` holds ``server_properties``, in the order :mod:`compactlog.config` declares
-    them. Raises ConfigError for a value the config tables refuse. Pure."""
-    broker = BrokerConfig.from_properties(server_properties)
+    them. Raises ConfigError for a value the config tables refuse; the server's own keys (``listeners``,
+    ``offsets.*``, ``group.*``: ``SERVER_KEYS``) are not the data directory's and are left out. Pure."""
+    broker = BrokerConfig.from_properties({k: v for k, v in server_properties.items() if k not in SERVER_KEYS})
     effective = topic_config(overrides, broker)
     entries = []
     for d in TOPIC_CONFIGS:

@@ -16,6 +16,17 @@ topic whose metadata cannot be read is left out and logged.
 (Kafka's reads the time since its cleaner started; 0 would claim a pass just now). ``dead-thread-count`` is
 the number of dead cleaner threads of the process asking (``serve``'s cleaner service); a process without a
 cleaner thread (``compactlog metrics``) reports 0.
+
+Consumer groups (labels ``group``, ``topic``, ``partition``), from their offsets committed in
+``__consumer_offsets`` (replayed as :mod:`compactlog.consumer_groups` reads it):
+``compactlog_consumer_group_committed_offset`` and ``compactlog_consumer_group_lag``, the partition's log end
+offset minus the committed offset (the lag ``kafka-consumer-groups`` shows; the Kafka lag exporter's
+``kafka_consumergroup_lag``). A committed offset of a partition that no longer exists, or whose log cannot be
+opened, has no lag gauge; the groups of a ``__consumer_offsets`` partition that cannot be read are left out
+(and logged) until it is written again. Reading committed offsets means replaying ``__consumer_offsets``,
+so the collector keeps each of its partitions' groups (a group's records all live in one partition) until
+that partition's log start or end offset moves (every commit and every expiry appends; compaction leaves
+the offsets as they were): a scrape replays only the partitions written since the last one.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +44,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .cleaner.metrics import cleaner_metrics
 from .cleaner.state import read_cleaner_state
+from .coordinator.committed_offsets import CommittedOffsets
+from .coordinator.group_metadata_manager import OFFSETS_TOPIC, replay_partition
 from .errors import CompactLogError
 
 if TYPE_CHECKING:
@@ -82,6 +95,25 @@ PARTITION_GAUGES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class GroupLagGauges:
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int
+    lag: int | None  # None: the partition does not exist or its log cannot be opened
+
+
+# (Prometheus name, GroupLagGauges field, help)
+GROUP_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("compactlog_consumer_group_committed_offset", "committed_offset",
+     "The group's committed offset: the next offset it reads from the partition"),
+    ("compactlog_consumer_group_lag", "lag", "The partition's log end offset minus the group's committed offset"),
+)
+
+GroupOffsets = dict[str, dict[tuple[str, int], int]]  # group -> (topic, partition) -> committed offset
+
+
 def prometheus_name(kafka_name: str, mbean_type: str) -> str:
     return f"kafka_log_{mbean_type.lower()}_{kafka_name.replace('-', '_')}"
 
@@ -110,14 +142,60 @@ def partition_gauges(store: Store) -> list[PartitionGauges]:
     return gauges
 
 
+def group_lag_gauges(committed: Mapping[str, Mapping[tuple[str, int], int]],
+                     partitions: list[PartitionGauges]) -> list[GroupLagGauges]:
+    """Each group's committed offset and lag per partition, by group, topic and partition."""
+    log_end = {(g.topic, g.partition): g.log_end_offset for g in partitions}
+    gauges = []
+    for group in sorted(committed):
+        for (topic, partition), offset in sorted(committed[group].items()):
+            end = log_end.get((topic, partition))
+            lag = None if end is None or end < 0 else end - offset  # -1: the partition's log cannot be opened
+            gauges.append(GroupLagGauges(group, topic, partition, offset, lag))
+    return gauges
+
+
+def replayed_offsets(store: Store, partition: int) -> GroupOffsets:
+    """The committed offsets of the groups of one ``__consumer_offsets`` partition."""
+    state = CommittedOffsets()
+    replay_partition(store, partition, state)
+    offsets = {group: {tp: value.offset for tp, value in state.committed(group).items()} for group in state.group_ids()}
+    return {group: committed for group, committed in offsets.items() if committed}
+
+
+class CommittedOffsetsCache:
+    """The committed offsets of every group, each ``__consumer_offsets`` partition replayed again only when
+    its log start or end offset moved (module docstring)."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[int, tuple[tuple[int, int], GroupOffsets]] = {}  # partition -> (ends, its groups)
+
+    def get(self, store: Store, partitions: list[PartitionGauges]) -> GroupOffsets:
+        current = {g.partition: (g.log_start_offset, g.log_end_offset) for g in partitions if g.topic == OFFSETS_TOPIC}
+        self._partitions = {p: cached for p, cached in self._partitions.items() if p in current}
+        for partition, ends in sorted(current.items()):
+            cached = self._partitions.get(partition)
+            if cached is not None and cached[0] == ends:
+                continue
+            try:
+                self._partitions[partition] = (ends, replayed_offsets(store, partition))
+            except CompactLogError as e:  # the other groups are still reported; this one's once it is written
+                _log.warning("gauges: the groups of %s-%d left out: %s", OFFSETS_TOPIC, partition, e)
+                self._partitions[partition] = (ends, {})
+        return {group: offsets for _, groups in self._partitions.values() for group, offsets in groups.items()}
+
+
 def metrics_json(store: Store, dead_threads: int = 0) -> dict[str, Any]:
     """What ``compactlog metrics --format json`` prints."""
+    gauges = partition_gauges(store)
     partitions = [{"topic": g.topic, "partition": g.partition, "size": g.size,
                    "log-start-offset": g.log_start_offset, "log-end-offset": g.log_end_offset,
                    "num-log-segments": g.num_log_segments, "dirty-ratio": g.dirty_ratio,
-                   "compaction-delay-secs": g.compaction_delay_secs} for g in partition_gauges(store)]
+                   "compaction-delay-secs": g.compaction_delay_secs} for g in gauges]
+    groups = [{"group": g.group, "topic": g.topic, "partition": g.partition, "committed-offset": g.committed_offset,
+               "lag": g.lag} for g in group_lag_gauges(CommittedOffsetsCache().get(store, gauges), gauges)]
     return {"log-directory": store.data_dir, "cleaner": cleaner_gauges(store, dead_threads),
-            "partitions": partitions}
+            "partitions": partitions, "consumer-groups": groups}
 
 
 class DataDirectoryCollector(Collector):
@@ -128,11 +206,13 @@ class DataDirectoryCollector(Collector):
         self._store = store
         self._dead_threads = dead_threads
         self._lock = threading.Lock()
+        self._committed = CommittedOffsetsCache()
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             cleaner = cleaner_gauges(self._store, self._dead_threads())
             partitions = partition_gauges(self._store)
+            groups = group_lag_gauges(self._committed.get(self._store, partitions), partitions)
         for kafka_name, mbean_type, doc in CLEANER_GAUGES:
             value = cleaner[kafka_name]
             number = math.nan if value is None else float(value)
@@ -146,6 +226,13 @@ class DataDirectoryCollector(Collector):
             family = GaugeMetricFamily(name, doc, labels=["topic", "partition"])
             for g in partitions:
                 family.add_metric([g.topic, str(g.partition)], float(getattr(g, attribute)))
+            yield family
+        for name, attribute, doc in GROUP_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["group", "topic", "partition"])
+            for lag in groups:
+                value = getattr(lag, attribute)
+                if value is not None:
+                    family.add_metric([lag.group, lag.topic, str(lag.partition)], float(value))
             yield family
 
 

@@ -5,7 +5,9 @@ the pure planning functions take (the cleaner's selection, retention, ``describe
 and :class:`SegmentInfo` are what :meth:`compactlog.Store.describe` returns; :func:`describe_partition` fills
 them in from the log, its topic config, the cleaner checkpoint and the planner's answer to whether it can be
 compacted now (:func:`~compactlog.cleaner.cleanability.cleanability`), or :func:`unreadable_partition` for a
-log that cannot be opened.
+log that cannot be opened. :func:`stored_tombstones` counts a log's tombstones (records with a null value;
+transaction markers are not records) and finds the oldest, for the consumer-aware tombstone horizon
+(:mod:`compactlog.consumer_horizon`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cleaner.cleanability import REASON_UNCLEANABLE, Cleanability, cleanability
 from .cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
+from .columns import is_null, to_numpy
 from .errors import UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
@@ -117,3 +120,26 @@ def partition_bytes(directory: str) -> int:
     with contextlib.suppress(OSError):
         return sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
     return 0
+
+
+@dataclass(frozen=True)
+class StoredTombstones:
+    count: int
+    oldest_offset: int | None  # None: no tombstone stored
+
+
+# The columns read to find tombstones: a tombstone is a record whose value is null.
+TOMBSTONE_COLUMNS = ["offset", "value"]
+
+
+def stored_tombstones(log: Log) -> StoredTombstones:
+    """How many tombstones ``log`` stores and the offset of the oldest, read one segment table at a time."""
+    count, oldest = 0, None
+    for table in log.read_tables(log.log_start_offset, columns=TOMBSTONE_COLUMNS):
+        nulls = table.column("value").null_count
+        if not nulls:
+            continue
+        if oldest is None:
+            oldest = int(to_numpy(table.column("offset"))[is_null(table.column("value"))][0])
+        count += nulls
+    return StoredTombstones(count, oldest)

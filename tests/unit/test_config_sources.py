@@ -55,3 +55,9 @@ def test_server_properties_are_read_as_written(tmp_path: Path) -> None:
     assert read_server_properties(tmp_path) == {}
     (tmp_path / "server.properties").write_text("# a comment\nlog.retention.hours = 1\n")
     assert read_server_properties(tmp_path) == {"log.retention.hours": "1"}
+
+
+def test_the_servers_own_keys_in_server_properties_are_not_data_directory_configs() -> None:
+    props = {"listeners": "PLAINTEXT://127.0.0.1:9092", "offsets.topic.num.partitions": "3",
+             "log.retention.hours": "1"}
+    assert by_name(topic_config_entries({}, props))["retention.ms"].value == 3_600_000

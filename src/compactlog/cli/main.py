@@ -11,6 +11,8 @@ Exit codes and what stderr shows (never a traceback):
   ``compactlog: <ErrorType>: <message>``; or a command that ran and reports a failure (a partition left
   uncleanable, a topic that cannot be described);
 * 2: a usage error: the command's usage on one line, then ``compactlog <command>: error: <message>``;
+* 3: ``verify-erasure`` only: no value of the key is left on disk, but a consumer group has not read past
+  its tombstone (:mod:`.verify_erasure`);
 * 130: interrupted (Ctrl-C).
 """
 
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import compactlog
 
-from . import clean, consume, dump_segment, explain, metrics, produce, roll, serve, topics, verify_erasure
+from . import clean, consume, dump_segment, explain, groups, metrics, produce, roll, serve, topics, verify_erasure
 from .common import DEFAULT_DATA_DIR, ENV_DATA_DIR, UsageError
 
 if TYPE_CHECKING:
@@ -64,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the data directory (default: ${ENV_DATA_DIR}, else ./{DEFAULT_DATA_DIR}); "
                         "also accepted after the command")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (topics, produce, consume, roll, clean, explain, verify_erasure, dump_segment, metrics, serve):
+    for module in (topics, produce, consume, roll, clean, explain, verify_erasure, dump_segment, metrics, serve,
+                   groups):
         module.add_parser(commands)
     return parser
 

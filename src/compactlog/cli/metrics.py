@@ -1,5 +1,6 @@
 """``compactlog metrics``: the cleaner's gauges and each partition's, as of the last cleaner pass of any
-process, read from the data directory (:mod:`compactlog.gauges`).
+process, and each consumer group's committed offset and lag per partition, read from the data directory
+(:mod:`compactlog.gauges`).
 
 ``--format prometheus`` (the default) prints the Prometheus exposition text that ``serve`` answers on
 ``/metrics``, under the names the Prometheus JMX exporter gives Kafka's gauges; ``--format json`` prints the

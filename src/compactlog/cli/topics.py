@@ -9,6 +9,12 @@ until when, ratio below the threshold, uncleanable and its error, no compact pol
 config with its source, as ``kafka-configs --describe --all``. It also names the data directory's settings
 (``server.properties``, set away from their defaults) that are accepted for Kafka compatibility but have no
 effect here, and why.
+
+Per partition it also shows the consumer-aware tombstone horizon (:mod:`compactlog.consumer_horizon`): how
+many tombstones the partition stores and the consumer groups of the topic that have not read past the
+oldest of them (``-``: none stored; unknown when ``__consumer_offsets`` cannot be read, with a note why).
+Counting them reads each partition's ``offset`` and ``value`` columns (a segment's footer keeps no
+statistics of ``value``), one segment at a time.
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ from typing import Any
 import compactlog
 from compactlog.config import BROKER_CONFIGS
 from compactlog.config_sources import SOURCE_TOPIC, ConfigEntry, read_server_properties, topic_config_entries
+from compactlog.consumer_horizon import ConsumerPositions, partition_tombstones
 from compactlog.errors import CompactLogError
+from compactlog.partition_view import stored_tombstones
 
 from . import log_picture
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
+from .consumer_positions import read_consumer_positions
 
 
 def add_topic_argument(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -120,11 +129,27 @@ def broker_configs_without_effect(store: compactlog.Store) -> dict[str, str]:
             if d.no_effect and store.broker.get(d.name) != d.default}
 
 
-def describe_topic(store: compactlog.Store, topic: str, all_configs: bool) -> dict[str, Any]:
+def tombstone_horizon(store: compactlog.Store, topic: str, partition: int,
+                      positions: ConsumerPositions | None) -> dict[str, Any]:
+    """A partition's stored tombstones and the groups behind the oldest (None where unknown: a log that
+    cannot be read, or offsets that cannot be)."""
+    try:
+        tombstones = stored_tombstones(store.log(topic, partition))
+    except CompactLogError:  # the partition's error is already its uncleanable reason
+        return {"tombstone_count": None, "oldest_tombstone_offset": None, "groups_behind_oldest_tombstone": None}
+    horizon = partition_tombstones(positions or ConsumerPositions({}), topic, partition, tombstones.count,
+                                   tombstones.oldest_offset)
+    return {"tombstone_count": horizon.tombstone_count, "oldest_tombstone_offset": horizon.oldest_tombstone_offset,
+            "groups_behind_oldest_tombstone": None if positions is None else list(horizon.groups_behind_oldest)}
+
+
+def describe_topic(store: compactlog.Store, topic: str, all_configs: bool,
+                   positions: ConsumerPositions | None = None) -> dict[str, Any]:
     partitions = []
     for info in store.describe(topic):
         entry = dataclasses.asdict(info)
         entry["segment_count"] = len(info.segments)
+        entry.update(tombstone_horizon(store, topic, info.partition, positions))
         partitions.append(entry)
     entries = config_entries(store, topic)
     described = {"topic": topic, "partitions": partitions,
@@ -151,7 +176,14 @@ def partition_line(p: dict[str, Any]) -> str:
                  f"\tFirstUncleanable: {_offset(p['first_uncleanable_offset'])}"
                  f"\tCompactionDelay: {p['max_compaction_delay_ms']} ms")
     verdict = "yes" if answer["cleanable"] else "no"
-    return f"{line}\tCleanable: {verdict} ({answer['detail']})"
+    line += f"\tCleanable: {verdict} ({answer['detail']})"
+    if p.get("tombstone_count") is not None:
+        behind = p["groups_behind_oldest_tombstone"]
+        groups = "unknown" if behind is None else ",".join(behind) or "-"
+        line += f"\tTombstones: {p['tombstone_count']}"
+        if p["oldest_tombstone_offset"] is not None:
+            line += f"\tOldestTombstone: {p['oldest_tombstone_offset']}\tGroupsBehindIt: {groups}"
+    return line
 
 
 def print_topic(described: dict[str, Any], segments: bool) -> None:
@@ -174,13 +206,14 @@ def print_topic(described: dict[str, Any], segments: bool) -> None:
 def run_describe(args: argparse.Namespace) -> int:
     topic = optional_topic_name(args)
     with open_store(args) as store:
+        positions, groups_error = read_consumer_positions(store)
         if topic:
-            described = [describe_topic(store, topic, args.all)]
+            described = [describe_topic(store, topic, args.all, positions)]
         else:  # every topic: one whose metadata cannot be read shows its error, the others are described
             described = []
             for name in store.topics():
                 try:
-                    described.append(describe_topic(store, name, args.all))
+                    described.append(describe_topic(store, name, args.all, positions))
                 except CompactLogError as e:
                     described.append({"topic": name, "error": str(e)})
         inert = broker_configs_without_effect(store)
@@ -195,6 +228,8 @@ def run_describe(args: argparse.Namespace) -> int:
                 print_topic(entry, args.segments)
         for setting, doc in inert.items():
             print(f"Note: {setting} (server.properties): {doc}")
+        if groups_error is not None:
+            print(f"Note: the consumer groups behind each tombstone are unknown: {groups_error}")
     return 1 if any("error" in entry for entry in described) else 0
 
 

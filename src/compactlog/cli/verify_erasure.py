@@ -2,10 +2,18 @@
 its partition's directory (:mod:`compactlog.erasure`): live segments, ``.cleaned``, ``.swap`` and
 ``.deleted`` files, producer snapshots and every other file.
 
-Exit 0 only when the key's newest record is a tombstone (or no record of the key is left at all) and no
-older value of it survives in any file; 1 when a value survives (each is listed with its file and when the
-rules will remove it), when the key is live, or when a file cannot be read. The files are scanned before the
-partition is opened, and it is opened read-only: the proof changes nothing.
+Beyond the disk, the consumers (:mod:`compactlog.consumer_horizon`): the consumer groups of the topic (those
+with a committed offset in ``__consumer_offsets`` for any of its partitions, or whose members subscribe to it)
+that have not read past the key's tombstone are named. Such a group may still hold the value it read
+before: the key is not gone from every consumer's view until it reads the tombstone.
+
+Exit codes: 0 only when the key's newest record is a tombstone (or no record of the key is left at all), no
+older value of it survives in any file, and every group of the topic has read past the tombstone; 1 when a
+value survives (each is listed with its file and when the rules will remove it), when the key is live, or
+when a file cannot be read, whatever the consumers did; 3 when nothing survives on disk but a group has not
+read past the tombstone, or the groups' offsets cannot be read. With no record of the key left, the
+tombstone's offset is unknown and the disk alone decides. The files are scanned before the partition is
+opened, and it is opened read-only: the proof changes nothing.
 """
 
 from __future__ import annotations
@@ -14,12 +22,14 @@ import argparse
 import os
 from typing import Any
 
+from ..consumer_horizon import EXIT_ERASED, EXIT_GROUPS_BEHIND, erasure_exit_code, groups_behind
 from ..erasure import ErasureScan, FoundRecord, scan_partition, transit_fate
 from ..errors import CompactLogError
 from ..key_history import KeyRecord, explain_key, format_ms
 from ..partition_view import planner_state, read_only_log
 from ..store import Store
 from .common import data_dir_parent, open_store
+from .consumer_positions import read_consumer_positions
 from .explain import key_partition
 
 
@@ -60,14 +70,20 @@ def run(args: argparse.Namespace) -> int:
         scan = scan_partition(directory, key)  # before anything opens the partition
         fates = live_fates(store, args.topic, partition, scan) if scan.records else {}
         delay = store.topic_config(args.topic).file_delete_delay_ms
+        # __consumer_offsets is read whole: only when there is a tombstone to ask about.
+        asked = scan.newest is not None and scan.newest.tombstone
+        positions, groups_error = read_consumer_positions(store) if asked else (None, None)
     name = f"{args.topic}-{partition}"
     newest = scan.newest
     print(f"Scanned {len(scan.files)} file(s) of {name} for key {args.key!r}: {len(scan.records)} record(s) found.")
+    behind: list[str] | None = []
     if newest is None:
-        print("  no record of the key is left (its tombstone, if any, has been removed too)")
+        print("  no record of the key is left (its tombstone, if any, has been removed too): which consumer "
+              "groups read its tombstone cannot be told")
     elif newest.tombstone:
         horizon = "" if newest.delete_horizon_ms < 0 else f", delete horizon {format_ms(newest.delete_horizon_ms)}"
         print(f"  newest record: tombstone at {_where(newest)}{horizon}")
+        behind = None if positions is None else groups_behind(positions, args.topic, partition, newest.offset)
     else:
         print(f"  LIVE: the newest record is a value, at {_where(newest)}")
     for record in scan.surviving_values:
@@ -77,8 +93,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"  SURVIVES: the key's bytes in {file} at byte {position}")
     for file, why in scan.unreadable.items():
         print(f"  UNREADABLE: {file}: {why} (nothing can be proven about it)")
-    if scan.erased:
+    if behind is None:
+        print(f"  CONSUMERS UNKNOWN: the consumer groups' offsets cannot be read: {groups_error}")
+    elif behind and newest is not None:
+        print(f"  CONSUMERS BEHIND: {len(behind)} consumer group(s) have not read past the tombstone at offset "
+              f"{newest.offset}: {', '.join(behind)} (each may still hold the value it read; it learns of the "
+              "deletion when it reads the tombstone)")
+    code = erasure_exit_code(scan.erased, behind)
+    if code == EXIT_ERASED:
         print(f"ERASED: no value of key {args.key!r} survives in {name}.")
-        return 0
-    print(f"NOT ERASED: key {args.key!r} {'is live' if newest and not newest.tombstone else 'survives'} in {name}.")
-    return 1
+    elif code == EXIT_GROUPS_BEHIND:
+        why = ("the consumer groups' offsets cannot be read" if behind is None else
+               f"{len(behind)} consumer group(s) have not read past its tombstone")
+        print(f"ERASED FROM THE LOG, NOT FROM EVERY CONSUMER'S VIEW: no value of key {args.key!r} survives in "
+              f"{name}, but {why}.")
+    else:
+        live = newest is not None and not newest.tombstone
+        print(f"NOT ERASED: key {args.key!r} {'is live' if live else 'survives'} in {name}.")
+    return code
