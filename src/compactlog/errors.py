@@ -144,3 +144,13 @@ class CorruptRecordError(CompactLogError):
 class UnsupportedCompressionTypeError(CompactLogError):
     """A record batch whose compression code is none of Kafka's (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
     (Kafka's UnsupportedCompressionTypeException)."""
+
+
+class ConcurrentTransactionsError(CompactLogError):
+    """A transactional request while the id's previous transaction is still being completed (Kafka's
+    ConcurrentTransactionsException: retriable, the client backs off and retries)."""
+
+
+class InvalidProducerIdMappingError(CompactLogError):
+    """A transactional request whose producer id is not the one its transactional id holds (Kafka's
+    InvalidPidMappingException)."""

@@ -43,6 +43,8 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               low=0, nullable=True),
     ConfigDef("num.partitions", "int", 1, "Partitions of a topic created automatically or with -1 "
               "partitions.", low=1),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often the "
+              "broker aborts the transactions open longer than their transaction.timeout.ms.", low=1),
 )
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
 if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
@@ -91,6 +93,7 @@ class ServerConfig:
     socket_request_max_bytes: int
     node_id: int
     num_partitions: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
 
 
 def server_config(values: Mapping[str, object]) -> ServerConfig:
@@ -106,6 +109,8 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         socket_request_max_bytes=parsed["socket.request.max.bytes"],
         node_id=node_id,
         num_partitions=parsed["num.partitions"],
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=parsed[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
     )
 
 

@@ -53,10 +53,16 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+)
 
 from ..errors import MalformedRequestError
 from ..network.socket_server import PendingResponse
-from . import fetch, find_coordinator, metadata, produce, topic_admin
+from . import fetch, find_coordinator, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
 from .messages import build, null_field
@@ -93,8 +99,9 @@ def _api_keys() -> list[dict[str, int]]:
 
 # The versions are those every listed field is handled at. Caps below kafka-python's maxima: Metadata 9 and
 # Fetch 12 and Produce 9 and DeleteTopics 5 (later versions name topics by topic id), ListOffsets 7,
-# CreateTopics 6, InitProducerId 4 (later ones are for transactions, issue 19), FindCoordinator 4 (5 and 6
-# add share groups' errors).
+# CreateTopics 6, InitProducerId 4, FindCoordinator 4 (5 and 6 add share groups' errors), AddPartitionsToTxn 3
+# (4+ is broker to broker), AddOffsetsToTxn, EndTxn and TxnOffsetCommit 3 (4 adds TRANSACTION_ABORTABLE, 5
+# Kafka's transactions v2, an epoch bump per transaction).
 APIS: dict[int, Api] = {api.key: api for api in (
     Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
     Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
@@ -104,7 +111,9 @@ APIS: dict[int, Api] = {api.key: api for api in (
     Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
     Api(19, CreateTopicsRequest, CreateTopicsResponse, 2, 6, topic_admin.handle_create_topics),
     Api(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 5, topic_admin.handle_delete_topics),
-    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, produce.handle_init_producer_id),
+    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, txn_apis.handle_init_producer_id),
+    Api(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, txn_apis.handle_add_partitions_to_txn),
+    Api(26, EndTxnRequest, EndTxnResponse, 0, 3, txn_apis.handle_end_txn),
     Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, topic_admin.handle_describe_configs),
     Api(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, topic_admin.handle_alter_configs),
     Api(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,

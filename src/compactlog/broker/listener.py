@@ -1,5 +1,6 @@
 """The Kafka-protocol listener of a data directory as a component of ``compactlog serve``: the store, the
-request dispatch and the socket server, started and stopped together."""
+request dispatch, the socket server and the transaction expiry (:mod:`.transaction_expiry`), started and
+stopped together."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..server_config import load_server_config
 from ..store import open_store
 from .context import BrokerContext
 from .kafka_apis import KafkaApis
+from .transaction_expiry import TransactionExpiry
 
 __all__ = ["KafkaListener"]
 
@@ -28,14 +30,17 @@ class KafkaListener:
         config = self.context.config
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(self.context).handle,
                                    on_bound=self.context.set_bound)
+        self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
 
     def start(self) -> None:
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the
         # appends and reads of requests do: done here, so that the first request does not wait for it.
         pa.scalar(0, pa.int64())
         self.server.start()
+        self.expiry.start()
 
     def shutdown(self) -> None:
+        self.expiry.shutdown()
         self.server.shutdown()
         self.context.close()
         self.store.close()
