@@ -4,7 +4,13 @@ transactional batches), read back by read_committed and read_uncommitted consume
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
+from broker import running_broker
+
+import compactlog
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 admin = pytest.importorskip("confluent_kafka.admin")
@@ -81,3 +87,62 @@ def test_confluent_a_second_producer_with_the_same_transactional_id_fences_the_f
     error = fenced.value.args[0]
     assert error.fatal(), error
     assert values(broker, "out", 1, "read_committed") == [b"live"]
+
+
+def test_kafka_python_transactional_producer_commits_aborts_and_is_fenced(broker: str) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    create_topic(broker, "out", 2)
+    producer = KafkaProducer(bootstrap_servers=broker, transactional_id="kp")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send("out", key=b"k%d" % i, value=b"aborted-%d" % i, partition=i % 2)
+    producer.flush()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    for i in range(4):
+        producer.send("out", key=b"k%d" % i, value=b"committed-%d" % i, partition=i % 2)
+    producer.commit_transaction()
+    committed = sorted(b"committed-%d" % i for i in range(4))
+    assert values(broker, "out", 2, "read_committed") == committed
+    assert values(broker, "out", 2, "read_uncommitted") == sorted(committed + [b"aborted-%d" % i for i in range(4)])
+
+    producer.begin_transaction()
+    producer.send("out", key=b"k", value=b"zombie", partition=0)
+    producer.flush()
+    successor = KafkaProducer(bootstrap_servers=broker, transactional_id="kp")
+    successor.init_transactions()  # fences the first instance and aborts its open transaction
+    with pytest.raises(KafkaError, match=r"(?i)fenced|epoch"):
+        producer.commit_transaction()
+    successor.close()
+    producer.close(timeout=1)
+    assert values(broker, "out", 2, "read_committed") == committed
+
+
+def test_a_transaction_left_open_past_its_timeout_is_aborted_by_serve(data_dir: str) -> None:
+    os.makedirs(data_dir)
+    with open(os.path.join(data_dir, "server.properties"), "w") as f:  # the cleaner idle after its first pass
+        f.write("transaction.abort.timed.out.transaction.cleanup.interval.ms=100\nlog.cleaner.backoff.ms=600000\n")
+    with running_broker(data_dir) as port:
+        broker = f"127.0.0.1:{port}"
+        create_topic(broker, "out", 1)
+        producer = transactional_producer(broker, "stalled", **{"transaction.timeout.ms": 1000})
+        producer.begin_transaction()
+        producer.produce("out", key=b"k", value=b"stalled")
+        producer.flush(TIMEOUT_S)
+        began = time.monotonic()
+        with compactlog.open(data_dir) as store:
+            assert store.last_stable_offset("out", 0) == 0  # open: read_committed readers stop before it
+            while store.last_stable_offset("out", 0) != store.log_end_offset("out", 0):
+                assert time.monotonic() - began < TIMEOUT_S, "the expired transaction was not aborted"
+                time.sleep(0.05)
+            (state,) = store.transactions.states()
+        assert time.monotonic() - began >= 1.0  # not before its transaction.timeout.ms
+        assert (state.state, state.epoch) == ("CompleteAbort", 1)  # aborted, and its producer fenced
+        with pytest.raises(confluent_kafka.KafkaException) as fenced:
+            producer.commit_transaction(TIMEOUT_S)
+        assert fenced.value.args[0].fatal(), fenced.value.args[0]
+        assert values(broker, "out", 1, "read_committed") == []
+        assert values(broker, "out", 1, "read_uncommitted") == [b"stalled"]

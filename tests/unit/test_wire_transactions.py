@@ -1,0 +1,164 @@
+"""The transaction coordinator as the wire's transactional APIs use it (AddPartitionsToTxn, EndTxn,
+InitProducerId with a producer id and epoch, transactional Produce checks, expiry), scenario by scenario on
+a FakeClock; and the codes the handlers answer per request version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import compactlog
+from compactlog.broker.error_codes import (
+    CONCURRENT_TRANSACTIONS,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    PRODUCER_FENCED,
+)
+from compactlog.broker.transaction_expiry import TransactionExpiry
+from compactlog.broker.txn_apis import txn_error_code
+from compactlog.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
+from support import FakeClock
+
+ROWS = pa.table({"key": [b"k"], "value": [b"v"]})
+
+
+def open_store(path: Path, clock: FakeClock) -> compactlog.Store:
+    store = compactlog.open(str(path), clock=clock)
+    store.create_topic("out", 2, {"cleanup.policy": "delete"})
+    return store
+
+
+def values(store: compactlog.Store, partition: int, level: str) -> list[bytes | None]:
+    return [r.value for r in store.read("out", partition, 0, isolation_level=level)]
+
+
+def test_a_wire_transaction_takes_only_its_partitions_and_commits_once(tmp_path: Path) -> None:
+    store = open_store(tmp_path, FakeClock())
+    coordinator = store.transactions
+    completed: list[tuple[int, bool]] = []
+    coordinator.completion_listeners.append(lambda pid, commit: completed.append((pid, commit)))
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    with pytest.raises(InvalidTxnStateError, match="not part of the ongoing transaction"):
+        coordinator.check_in_transaction("app", pid, epoch, ("out", 0))  # nothing added yet
+    with pytest.raises(InvalidTxnStateError, match="no transaction ongoing"):
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)  # EndTxn before AddPartitionsToTxn
+    assert coordinator.add_to_transaction("app", pid, epoch, [("out", 0)]) is True  # begins one
+    assert coordinator.add_to_transaction("app", pid, epoch, [("out", 0)]) is False
+    coordinator.check_in_transaction("app", pid, epoch, ("out", 0))
+    with pytest.raises(InvalidTxnStateError):
+        coordinator.check_in_transaction("app", pid, epoch, ("out", 1))
+    store.append("out", 0, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+    assert values(store, 0, "read_committed") == []
+    coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    assert values(store, 0, "read_committed") == [b"v"] and completed == [(pid, True)]
+    coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)  # a retried EndTxn: nothing more
+    assert store.log_end_offset("out", 0) == 2 and completed == [(pid, True)]
+    with pytest.raises(InvalidTxnStateError, match="CompleteCommit"):
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=False)
+    with pytest.raises(InvalidTxnStateError):
+        coordinator.check_in_transaction("app", pid, epoch, ("out", 0))  # the transaction is over
+
+
+def test_requests_of_another_producer_id_or_epoch_are_refused_as_kafka_does(tmp_path: Path) -> None:
+    store = open_store(tmp_path, FakeClock())
+    coordinator = store.transactions
+    with pytest.raises(InvalidProducerIdMappingError):
+        coordinator.add_to_transaction("nobody", 0, 0, [("out", 0)])
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    with pytest.raises(InvalidProducerIdMappingError):
+        coordinator.add_to_transaction("app", pid + 1, epoch, [("out", 0)])
+    new_pid, new_epoch = coordinator.init_producer("app", 60_000)
+    assert (new_pid, new_epoch) == (pid, epoch + 1)
+    with pytest.raises(ProducerFencedError):
+        coordinator.add_to_transaction("app", pid, epoch, [("out", 0)])
+    with pytest.raises(ProducerFencedError):
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    with pytest.raises(ProducerFencedError):
+        coordinator.check_in_transaction("app", pid, epoch, ("out", 0))
+
+
+def test_init_producer_id_with_a_producer_id_and_epoch_bumps_retries_or_fences(tmp_path: Path) -> None:
+    coordinator = open_store(tmp_path, FakeClock()).transactions
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    assert coordinator.init_producer("app", 60_000, (pid, epoch)) == (pid, epoch + 1)  # its current epoch: bumped
+    assert coordinator.init_producer("app", 60_000, (pid, epoch)) == (pid, epoch + 1)  # a retry: the same answer
+    with pytest.raises(ProducerFencedError):
+        coordinator.init_producer("app", 60_000, (pid, epoch + 5))
+    with pytest.raises(ProducerFencedError):
+        coordinator.init_producer("app", 60_000, (pid + 1, epoch + 1))
+    assert coordinator.init_producer("app", 60_000) == (pid, epoch + 2)  # no expectation: always bumped
+
+
+def test_a_new_instance_aborts_the_ongoing_wire_transaction(tmp_path: Path) -> None:
+    store = open_store(tmp_path, FakeClock())
+    coordinator = store.transactions
+    completed: list[tuple[int, bool]] = []
+    coordinator.completion_listeners.append(lambda pid, commit: completed.append((pid, commit)))
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    coordinator.add_to_transaction("app", pid, epoch, [("out", 0), ("out", 1)])
+    store.append("out", 1, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+    assert coordinator.init_producer("app", 60_000) == (pid, epoch + 1)
+    assert completed == [(pid, False)]
+    assert values(store, 1, "read_committed") == [] and store.last_stable_offset("out", 1) == 2
+    (state,) = coordinator.states()
+    assert (state.state, state.ongoing) == ("CompleteAbort", [])
+
+
+def test_an_ongoing_wire_transaction_expires_after_its_timeout_even_without_records(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = open_store(tmp_path, clock)
+    coordinator = store.transactions
+    pid, epoch = coordinator.init_producer("app", 1_000)
+    coordinator.add_to_transaction("app", pid, epoch, [("out", 0)])
+    clock.advance(1_000)
+    assert store.abort_expired_transactions() == []  # not past its timeout yet
+    clock.advance(1)
+    assert store.abort_expired_transactions() == ["app"]
+    with pytest.raises(ProducerFencedError):  # its producer is fenced
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    assert store.abort_expired_transactions() == []
+
+
+def test_a_commit_being_completed_answers_concurrent_transactions(tmp_path: Path) -> None:
+    coordinator = open_store(tmp_path, FakeClock()).transactions
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    coordinator.add_to_transaction("app", pid, epoch, [("out", 0)])
+    (state,) = coordinator.states()
+    state.state = "PrepareCommit"  # as a crash between the markers of a commit leaves it
+    coordinator._save(state)
+    with pytest.raises(ConcurrentTransactionsError):
+        coordinator.add_to_transaction("app", pid, epoch, [("out", 1)])
+
+
+def test_a_fenced_producer_gets_producer_fenced_only_from_the_versions_that_know_it() -> None:
+    fenced = ProducerFencedError("fenced")
+    assert txn_error_code(fenced, 1, 2) == INVALID_PRODUCER_EPOCH
+    assert txn_error_code(fenced, 2, 2) == PRODUCER_FENCED
+    assert txn_error_code(fenced, 5, None) == INVALID_PRODUCER_EPOCH
+    assert txn_error_code(InvalidProducerIdMappingError("x"), 3, 2) == INVALID_PRODUCER_ID_MAPPING
+    assert txn_error_code(ConcurrentTransactionsError("x"), 3, 2) == CONCURRENT_TRANSACTIONS
+
+
+def test_the_expiry_thread_aborts_each_interval_until_shut_down(tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = open_store(tmp_path, clock)
+    pid, epoch = store.transactions.init_producer("app", 1_000)
+    store.transactions.add_to_transaction("app", pid, epoch, [("out", 0)])
+    waits: list[float] = []
+
+    def wait(seconds: float) -> bool:  # each wait is an interval of the store's clock; the third one stops
+        waits.append(seconds)
+        clock.advance(600)
+        return len(waits) == 3
+
+    expiry = TransactionExpiry(store, 250, wait)
+    expiry.run()
+    assert waits == [0.25, 0.25, 0.25] and expiry.passes == 2
+    assert store.transactions.states()[0].state == "CompleteAbort"  # 1,200 ms > 1,000 ms at the second pass
