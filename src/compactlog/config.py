@@ -40,7 +40,11 @@ _NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
 # Dedupe buffer bytes per cleaner thread: Kafka requires 1 MiB; 1 KiB lets tests force multi-pass cleaning.
 _MIN_SHARE = 1024
 SERVER_KEYS = frozenset(("listeners", "advertised.listeners", "auto.create.topics.enable", "socket.request.max.bytes",
-    "node.id", "broker.id", "num.partitions", "transaction.abort.timed.out.transaction.cleanup.interval.ms"))
+                         "node.id", "broker.id", "num.partitions",  # the protocol server's, in server_config.py
+                         "group.min.session.timeout.ms", "group.max.session.timeout.ms",
+                         "group.initial.rebalance.delay.ms", "group.max.size", "offsets.retention.check.interval.ms",
+                         "offsets.topic.num.partitions", "offsets.topic.segment.bytes", "offsets.retention.minutes",
+                         "transaction.abort.timed.out.transaction.cleanup.interval.ms"))
 
 
 class Synonym(NamedTuple):

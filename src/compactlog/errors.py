@@ -146,6 +146,17 @@ class UnsupportedCompressionTypeError(CompactLogError):
     (Kafka's UnsupportedCompressionTypeException)."""
 
 
+class CorruptOffsetsRecordError(CompactLogError):
+    """A ``__consumer_offsets`` key or value not in Kafka's schemas: an unknown version, short or extra bytes."""
+
+
+class UnknownGroupError(CompactLogError, KeyError):
+    """A consumer group with nothing stored in ``__consumer_offsets``."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class ConcurrentTransactionsError(CompactLogError):
     """A transactional request while the id's previous transaction is still being completed (Kafka's
     ConcurrentTransactionsException: retriable, the client backs off and retries)."""

@@ -43,6 +43,23 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               low=0, nullable=True),
     ConfigDef("num.partitions", "int", 1, "Partitions of a topic created automatically or with -1 "
               "partitions.", low=1),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, "The shortest session.timeout.ms a group member may "
+              "ask for (JoinGroup answers INVALID_SESSION_TIMEOUT below it).", low=0),
+    ConfigDef("group.max.session.timeout.ms", "int", 1_800_000, "The longest session.timeout.ms a group member "
+              "may ask for (JoinGroup answers INVALID_SESSION_TIMEOUT above it).", low=0),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, "How long a new group's first rebalance waits for "
+              "more members to join (extended by this while they keep coming, up to the rebalance timeout).",
+              low=0),
+    ConfigDef("group.max.size", "int", INT_MAX, "The most members a group takes (JoinGroup answers "
+              "GROUP_MAX_SIZE_REACHED past it).", low=1),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600_000, "How often committed offsets are checked "
+              "for expiry (offsets.retention.minutes).", low=1),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets when it is created "
+              "(a group's offsets live in partition abs(hash(group id)) % this).", low=1),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104_857_600, "segment.bytes of __consumer_offsets when it is "
+              "created, kept small for faster compaction and loading.", low=1, high=INT_MAX),
+    ConfigDef("offsets.retention.minutes", "int", 10_080, "Committed offsets of a group without members expire "
+              "this long after their commit or the group becoming empty, whichever is later (tombstones).", low=1),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often the "
               "broker aborts the transactions open longer than their transaction.timeout.ms.", low=1),
 )
@@ -93,7 +110,15 @@ class ServerConfig:
     socket_request_max_bytes: int
     node_id: int
     num_partitions: int
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_max_size: int
+    offsets_retention_check_interval_ms: int
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_minutes: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
 
 
 def server_config(values: Mapping[str, object]) -> ServerConfig:
@@ -109,6 +134,14 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         socket_request_max_bytes=parsed["socket.request.max.bytes"],
         node_id=node_id,
         num_partitions=parsed["num.partitions"],
+        group_min_session_timeout_ms=parsed["group.min.session.timeout.ms"],
+        group_max_session_timeout_ms=parsed["group.max.session.timeout.ms"],
+        group_initial_rebalance_delay_ms=parsed["group.initial.rebalance.delay.ms"],
+        group_max_size=parsed["group.max.size"],
+        offsets_retention_check_interval_ms=parsed["offsets.retention.check.interval.ms"],
+        offsets_topic_num_partitions=parsed["offsets.topic.num.partitions"],
+        offsets_topic_segment_bytes=parsed["offsets.topic.segment.bytes"],
+        offsets_retention_minutes=parsed["offsets.retention.minutes"],
         transaction_abort_timed_out_transaction_cleanup_interval_ms=parsed[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
     )

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ..coordinator.group_coordinator import GroupCoordinator
+from ..coordinator.group_metadata_manager import GroupMetadataManager
 from ..log import Log
 from ..server_config import Listener, ServerConfig
 from ..store import Store
@@ -45,6 +47,7 @@ class BrokerContext:
         self.purgatory = FetchPurgatory()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="compactlog-storage")
         self.group_commit = GroupCommit(self.run)
+        self.groups = GroupCoordinator(GroupMetadataManager(store, config), config, self.run, store.clock)
 
     def set_bound(self, bound: tuple[Listener, ...]) -> None:
         """Record the bound listeners; advertised.listeners, where set, replace them by name."""

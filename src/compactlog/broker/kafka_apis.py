@@ -43,7 +43,31 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from kafka.protocol.admin.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -62,7 +86,7 @@ from kafka.protocol.producer.transaction import (
 
 from ..errors import MalformedRequestError
 from ..network.socket_server import PendingResponse
-from . import fetch, find_coordinator, metadata, produce, topic_admin, txn_apis
+from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
 from .messages import build, null_field
@@ -99,15 +123,24 @@ def _api_keys() -> list[dict[str, int]]:
 
 # The versions are those every listed field is handled at. Caps below kafka-python's maxima: Metadata 9 and
 # Fetch 12 and Produce 9 and DeleteTopics 5 (later versions name topics by topic id), ListOffsets 7,
-# CreateTopics 6, InitProducerId 4, FindCoordinator 4 (5 and 6 add share groups' errors), AddPartitionsToTxn 3
-# (4+ is broker to broker), AddOffsetsToTxn, EndTxn and TxnOffsetCommit 3 (4 adds TRANSACTION_ABORTABLE, 5
-# Kafka's transactions v2, an epoch bump per transaction).
+# CreateTopics 6, InitProducerId 4, FindCoordinator 4 (5 and 6 add share groups' errors), OffsetCommit 9 and
+# OffsetFetch 9 (10 name topics by topic id). OffsetCommit starts at 2, Kafka 4's minimum (0 and 1 kept offsets
+# in ZooKeeper or carried per-offset timestamps). AddPartitionsToTxn 3 (4+ is broker to broker), AddOffsetsToTxn,
+# EndTxn and TxnOffsetCommit 3 (4 adds TRANSACTION_ABORTABLE, 5 Kafka's transactions v2).
 APIS: dict[int, Api] = {api.key: api for api in (
     Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
     Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
     Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 7, fetch.handle_list_offsets),
     Api(3, MetadataRequest, MetadataResponse, 0, 9, metadata.handle_metadata),
+    Api(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, group_apis.handle_offset_commit),
+    Api(9, OffsetFetchRequest, OffsetFetchResponse, 1, 9, group_apis.handle_offset_fetch),
     Api(10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 4, find_coordinator.handle_find_coordinator),
+    Api(11, JoinGroupRequest, JoinGroupResponse, 0, 9, group_apis.handle_join_group),
+    Api(12, HeartbeatRequest, HeartbeatResponse, 0, 4, group_apis.handle_heartbeat),
+    Api(13, LeaveGroupRequest, LeaveGroupResponse, 0, 5, group_apis.handle_leave_group),
+    Api(14, SyncGroupRequest, SyncGroupResponse, 0, 5, group_apis.handle_sync_group),
+    Api(15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 5, group_apis.handle_describe_groups),
+    Api(16, ListGroupsRequest, ListGroupsResponse, 0, 5, group_apis.handle_list_groups),
     Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
     Api(19, CreateTopicsRequest, CreateTopicsResponse, 2, 6, topic_admin.handle_create_topics),
     Api(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 5, topic_admin.handle_delete_topics),
@@ -118,6 +151,8 @@ APIS: dict[int, Api] = {api.key: api for api in (
     Api(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, topic_admin.handle_alter_configs),
     Api(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,
         topic_admin.handle_incremental_alter_configs),
+    Api(42, DeleteGroupsRequest, DeleteGroupsResponse, 0, 2, group_apis.handle_delete_groups),
+    Api(47, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, group_apis.handle_offset_delete),
 )}
 API_VERSIONS_KEY = 18
 

@@ -4,6 +4,7 @@ stopped together."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -36,11 +37,16 @@ class KafkaListener:
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the
         # appends and reads of requests do: done here, so that the first request does not wait for it.
         pa.scalar(0, pa.int64())
+        self.context.groups.load()  # before the first request: a group is answered only once loaded
         self.server.start()
+        assert self.server.loop is not None
+        asyncio.run_coroutine_threadsafe(self.context.groups.start(), self.server.loop).result()
         self.expiry.start()
 
     def shutdown(self) -> None:
         self.expiry.shutdown()
+        if self.server.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.context.groups.stop(), self.server.loop).result()
         self.server.shutdown()
         self.context.close()
         self.store.close()

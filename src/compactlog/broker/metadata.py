@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from ..coordinator.group_metadata_manager import OFFSETS_TOPIC
 from ..errors import CompactLogError, TopicExistsError
 from ..store import Store, validate_topic_name
 from .context import BrokerContext
@@ -56,7 +57,7 @@ def _describe_topic(store: Store, name: str, allow_create: bool, num_partitions:
             partitions = store.partitions(name)
     except CompactLogError as e:
         return {"error_code": error_code(e), "name": name, "is_internal": False, "partitions": []}
-    return {"error_code": NONE, "name": name, "is_internal": False, "partitions": [
+    return {"error_code": NONE, "name": name, "is_internal": name == OFFSETS_TOPIC, "partitions": [
         {"error_code": NONE, "partition_index": p, "leader_id": node_id, "leader_epoch": LEADER_EPOCH,
          "replica_nodes": [node_id], "isr_nodes": [node_id], "offline_replicas": []}
         for p in range(partitions)]}

@@ -1,0 +1,1 @@
+"""Kafka's group and transaction coordinators on one broker."""

@@ -1,0 +1,143 @@
+"""What ``__consumer_offsets`` says: every group's metadata and committed offsets, replayed from its records.
+
+:class:`CommittedOffsets` is a pure state machine fed with the topic's records in offset order, partition by
+partition (:func:`replay_partition` reads them), or with the records the manager has just appended: the
+cache the broker answers from and the state a restart rebuilds are the same function of the same records.
+
+Rules (Kafka's ``GroupMetadataManager`` loading, with one deviation noted):
+
+* a record's key says what it is (:mod:`.offset_records`); the latest record of a key wins; a null value
+  (tombstone) deletes the offset or the group's metadata;
+* a transactional record (TxnOffsetCommit) is pending, per producer and partition, until that producer's
+  COMMIT marker is read in that partition (then it is committed) or its ABORT marker (then it is dropped);
+  a partition's load ends with the transactions still open pending, for :meth:`CommittedOffsets.complete`;
+* a committed transactional offset replaces the key's current offset only if its record is newer (a higher
+  log offset) than the current one's, as Kafka's ``olderThan``: a plain commit appended while the
+  transaction was open wins;
+* deviation: a tombstone also drops the key's pending transactional offsets (all older than it). Kafka's
+  in-memory coordinator would let a later COMMIT bring the offset back, but its cleaner keeps only the
+  tombstone, so the offset would vanish again at the next load; here the result does not depend on whether
+  the cleaner has run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, NO_PRODUCER_ID
+from .offset_records import (
+    GroupKey,
+    GroupSnapshot,
+    OffsetAndMetadata,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+
+__all__ = ["CommittedOffsets", "LoadedGroup", "TopicPartition"]
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class LoadedGroup:
+    """A group as ``__consumer_offsets`` holds it."""
+
+    snapshot: GroupSnapshot | None  # the last GroupMetadataValue, None if none or tombstoned
+    offsets: dict[TopicPartition, OffsetAndMetadata]
+
+
+@dataclass(frozen=True)
+class _Pending:
+    record_offset: int
+    partition: int  # of __consumer_offsets: a marker completes the pending records of its own partition only
+    group: str
+    topic_partition: TopicPartition
+    value: OffsetAndMetadata | None
+
+
+@dataclass
+class CommittedOffsets:
+    """Groups, committed offsets (with the log offset of their record) and pending transactional offsets."""
+
+    snapshots: dict[str, GroupSnapshot] = field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartition, tuple[int, OffsetAndMetadata]]] = field(default_factory=dict)
+    pending: dict[int, list[_Pending]] = field(default_factory=dict)  # producer id -> records in log order
+
+    # -- feeding records ---------------------------------------------------------------------------------------
+
+    def apply(self, partition: int, record_offset: int, key: bytes | None, value: bytes | None,
+              producer_id: int = NO_PRODUCER_ID, transactional: bool = False,
+              control_type: int = CONTROL_NONE) -> None:
+        """One record of ``__consumer_offsets`` partition ``partition``, at ``record_offset``."""
+        if control_type in (CONTROL_COMMIT, CONTROL_ABORT):
+            self.complete(producer_id, control_type == CONTROL_COMMIT, partition)
+            return
+        if control_type != CONTROL_NONE or key is None:
+            return  # a cleaner-emptied batch (no key or value) or a keyless record: nothing to apply
+        decoded = decode_key(key)
+        if isinstance(decoded, GroupKey):
+            if transactional:  # Kafka never writes group metadata in a transaction; neither do we
+                return
+            if value is None:
+                self.snapshots.pop(decoded.group, None)
+            else:
+                self.snapshots[decoded.group] = decode_group_value(decoded.group, value)
+            return
+        tp = (decoded.topic, decoded.partition)
+        offset = None if value is None else decode_offset_value(value)
+        if transactional:
+            self.pending.setdefault(producer_id, []).append(
+                _Pending(record_offset, partition, decoded.group, tp, offset))
+        elif offset is None:
+            self._delete(decoded.group, tp)
+        else:
+            self.offsets.setdefault(decoded.group, {})[tp] = (record_offset, offset)
+
+    def _delete(self, group: str, tp: TopicPartition) -> None:
+        offsets = self.offsets.get(group)
+        if offsets is not None:
+            offsets.pop(tp, None)
+            if not offsets:
+                del self.offsets[group]
+        for producer_id, records in list(self.pending.items()):  # the deviation of the module docstring
+            kept = [p for p in records if (p.group, p.topic_partition) != (group, tp)]
+            if len(kept) != len(records):
+                if kept:
+                    self.pending[producer_id] = kept
+                else:
+                    del self.pending[producer_id]
+
+    def complete(self, producer_id: int, commit: bool, partition: int | None = None) -> None:
+        """A producer's transaction ended (in ``partition``, or in every partition when None): on a commit
+        its pending offsets become committed where their record is newer than the current one's."""
+        records = self.pending.pop(producer_id, [])
+        ended = [p for p in records if partition is None or p.partition == partition]
+        still_open = [p for p in records if not (partition is None or p.partition == partition)]
+        if still_open:
+            self.pending[producer_id] = still_open
+        if not commit:
+            return
+        for p in ended:
+            if p.value is None:
+                self._delete(p.group, p.topic_partition)
+                continue
+            current = self.offsets.get(p.group, {}).get(p.topic_partition)
+            if current is None or current[0] < p.record_offset:
+                self.offsets.setdefault(p.group, {})[p.topic_partition] = (p.record_offset, p.value)
+
+    # -- reading -----------------------------------------------------------------------------------------------
+
+    def committed(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {tp: value for tp, (_, value) in self.offsets.get(group, {}).items()}
+
+    def pending_partitions(self, group: str) -> set[TopicPartition]:
+        """The group's partitions with a transactional offset not yet committed or aborted."""
+        return {p.topic_partition for records in self.pending.values() for p in records if p.group == group}
+
+    def group_ids(self) -> set[str]:
+        return set(self.snapshots) | set(self.offsets)
+
+    def loaded(self) -> dict[str, LoadedGroup]:
+        return {group: LoadedGroup(self.snapshots.get(group), self.committed(group))
+                for group in sorted(self.group_ids())}
