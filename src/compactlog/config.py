@@ -37,8 +37,7 @@ _TYPE_BOUNDS: dict[str, tuple[float, float]] = {
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
-# Dedupe buffer bytes per cleaner thread: Kafka requires 1 MiB; 1 KiB lets tests force multi-pass cleaning.
-_MIN_SHARE = 1024
+_MIN_SHARE = 1024  # dedupe buffer bytes per cleaner thread: Kafka: >= 1 MiB; 1 KiB lets tests force multi-pass
 SERVER_KEYS = frozenset(("listeners", "advertised.listeners", "auto.create.topics.enable", "socket.request.max.bytes",
                          "node.id", "broker.id", "num.partitions",  # the protocol server's, in server_config.py
                          "group.min.session.timeout.ms", "group.max.session.timeout.ms",

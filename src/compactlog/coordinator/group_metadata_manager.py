@@ -91,12 +91,10 @@ def replay_partition(store: Store, partition: int, state: CommittedOffsets,
 
 def _note_sequence(sequences: dict[tuple[int, int], tuple[int, int]], key: tuple[int, int], epoch: int,
                    sequence: int, control_type: int) -> None:
-    """The producer state's rule: a newer epoch (also a marker's) starts again at sequence 0; a data row (or a
-    batch the cleaner emptied) sets the next sequence after its own."""
-    known_epoch, _ = sequences.get(key, (-1, 0))
-    if epoch > known_epoch:
-        sequences[key] = (epoch, 0)
-    if epoch >= known_epoch and control_type not in (CONTROL_COMMIT, CONTROL_ABORT) and sequence >= 0:
+    """A data row (or a batch the cleaner emptied) sets the next sequence after its own, for its epoch (the log
+    holds a producer's epochs in increasing order). Markers change nothing: a batch of a newer epoch than the
+    one noted starts at 0 anyway (:meth:`GroupMetadataManager._append`), as the producer state requires."""
+    if control_type not in (CONTROL_COMMIT, CONTROL_ABORT) and sequence >= 0:
         sequences[key] = (epoch, (sequence + 1) % (INT_MAX + 1))
 
 
