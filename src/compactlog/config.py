@@ -38,12 +38,10 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
 _MIN_SHARE = 1024  # dedupe buffer bytes per cleaner thread: Kafka: >= 1 MiB; 1 KiB lets tests force multi-pass
-SERVER_KEYS = frozenset(("listeners", "advertised.listeners", "auto.create.topics.enable", "socket.request.max.bytes",
-                         "node.id", "broker.id", "num.partitions",  # the protocol server's, in server_config.py
-                         "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-                         "group.initial.rebalance.delay.ms", "group.max.size", "offsets.retention.check.interval.ms",
-                         "offsets.topic.num.partitions", "offsets.topic.segment.bytes", "offsets.retention.minutes",
-                         "transaction.abort.timed.out.transaction.cleanup.interval.ms"))
+SERVER_KEYS = frozenset("""listeners advertised.listeners auto.create.topics.enable socket.request.max.bytes node.id
+    broker.id num.partitions group.min.session.timeout.ms group.max.session.timeout.ms offsets.retention.minutes
+    group.initial.rebalance.delay.ms offsets.retention.check.interval.ms offsets.topic.num.partitions group.max.size
+    offsets.topic.segment.bytes transaction.abort.timed.out.transaction.cleanup.interval.ms""".split())
 
 
 class Synonym(NamedTuple):
@@ -453,8 +451,7 @@ def topic_config(overrides: Mapping[str, object], broker: BrokerConfig | None = 
     return defaults._apply(overrides, defaults)
 
 
-def alter(config: TopicConfig, changes: Mapping[str, object],
-          broker: BrokerConfig | None = None) -> TopicConfig:
+def alter(config: TopicConfig, changes: Mapping[str, object], broker: BrokerConfig | None = None) -> TopicConfig:
     """``config`` with ``changes`` applied and revalidated; None resets a key to the broker's default."""
     return config._apply(changes, (broker or BrokerConfig()).topic_defaults())
 
