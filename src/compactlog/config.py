@@ -41,7 +41,7 @@ _MIN_SHARE = 1024  # dedupe buffer bytes per cleaner thread: Kafka: >= 1 MiB; 1 
 SERVER_KEYS = frozenset("""listeners advertised.listeners auto.create.topics.enable socket.request.max.bytes node.id
     broker.id num.partitions group.min.session.timeout.ms group.max.session.timeout.ms offsets.retention.minutes
     group.initial.rebalance.delay.ms offsets.retention.check.interval.ms offsets.topic.num.partitions group.max.size
-    offsets.topic.segment.bytes transaction.abort.timed.out.transaction.cleanup.interval.ms""".split())
+    offsets.topic.segment.bytes transaction.abort.timed.out.transaction.cleanup.interval.ms""".split())  # noqa: SIM905
 
 
 class Synonym(NamedTuple):
