@@ -78,10 +78,14 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 
 from ..errors import MalformedRequestError
@@ -146,7 +150,9 @@ APIS: dict[int, Api] = {api.key: api for api in (
     Api(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 5, topic_admin.handle_delete_topics),
     Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, txn_apis.handle_init_producer_id),
     Api(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, txn_apis.handle_add_partitions_to_txn),
+    Api(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3, txn_apis.handle_add_offsets_to_txn),
     Api(26, EndTxnRequest, EndTxnResponse, 0, 3, txn_apis.handle_end_txn),
+    Api(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3, txn_apis.handle_txn_offset_commit),
     Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, topic_admin.handle_describe_configs),
     Api(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, topic_admin.handle_alter_configs),
     Api(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,

@@ -12,6 +12,7 @@ import pyarrow as pa
 from ..network.socket_server import SocketServer
 from ..server_config import load_server_config
 from ..store import open_store
+from . import txn_apis
 from .context import BrokerContext
 from .kafka_apis import KafkaApis
 from .transaction_expiry import TransactionExpiry
@@ -31,6 +32,7 @@ class KafkaListener:
         config = self.context.config
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(self.context).handle,
                                    on_bound=self.context.set_bound)
+        txn_apis.attach(self.context)
         self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
 
     def start(self) -> None:
