@@ -146,3 +146,68 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted_by_serve(data_dir: 
         assert fenced.value.args[0].fatal(), fenced.value.args[0]
         assert values(broker, "out", 1, "read_committed") == []
         assert values(broker, "out", 1, "read_uncommitted") == [b"stalled"]
+
+
+def committed_offset(broker: str, group: str, topic: str) -> int:
+    """The group's committed offset of ``topic``-0 (OffsetFetch), confluent_kafka.OFFSET_INVALID if none."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": group})
+    try:
+        (partition,) = consumer.committed([confluent_kafka.TopicPartition(topic, 0)], TIMEOUT_S)
+        return partition.offset
+    finally:
+        consumer.close()
+
+
+def transform(consumer: object, producer: object, count: int) -> list[object]:
+    """Consume ``count`` records and produce each, upper-cased, into ``out``, within the open transaction."""
+    taken: list[object] = []
+    while len(taken) < count:
+        message = consumer.poll(TIMEOUT_S)
+        assert message is not None and not message.error(), message and message.error()
+        taken.append(message)
+        producer.produce("out", key=message.key(), value=message.value().upper())
+    return taken
+
+
+def test_confluent_consume_transform_produce_commits_offsets_with_the_transaction(data_dir: str) -> None:
+    os.makedirs(data_dir)
+    with open(os.path.join(data_dir, "server.properties"), "w") as f:
+        f.write("group.initial.rebalance.delay.ms=0\n")
+    with running_broker(data_dir) as port:
+        broker = f"127.0.0.1:{port}"
+        create_topic(broker, "in", 1)
+        create_topic(broker, "out", 1)
+        source = confluent_kafka.Producer({"bootstrap.servers": broker})
+        for i in range(10):
+            source.produce("in", key=b"k%d" % i, value=b"v%d" % i)
+        source.flush(TIMEOUT_S)
+
+        def consumer() -> object:
+            c = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": "ctp", "enable.auto.commit": False,
+                                          "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+            c.subscribe(["in"])
+            return c
+
+        producer = transactional_producer(broker, "ctp-app")
+        first = consumer()
+        producer.begin_transaction()
+        transform(first, producer, 5)
+        producer.send_offsets_to_transaction(first.position(first.assignment()), first.consumer_group_metadata(),
+                                             TIMEOUT_S)
+        producer.abort_transaction(TIMEOUT_S)
+        first.close()
+        assert committed_offset(broker, "ctp", "in") == confluent_kafka.OFFSET_INVALID  # aborted: not committed
+        assert values(broker, "out", 1, "read_committed") == []
+
+        second = consumer()  # starts from the beginning again: nothing was committed
+        producer.begin_transaction()
+        taken = transform(second, producer, 10)
+        assert [m.offset() for m in taken] == list(range(10))
+        producer.send_offsets_to_transaction(second.position(second.assignment()), second.consumer_group_metadata(),
+                                             TIMEOUT_S)
+        producer.commit_transaction(TIMEOUT_S)
+        second.close()
+        assert committed_offset(broker, "ctp", "in") == 10
+        assert values(broker, "out", 1, "read_committed") == sorted(b"V%d" % i for i in range(10))  # once each
+    with running_broker(data_dir) as port:  # the committed offsets are read back from __consumer_offsets
+        assert committed_offset(f"127.0.0.1:{port}", "ctp", "in") == 10

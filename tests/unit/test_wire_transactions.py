@@ -4,26 +4,43 @@ a FakeClock; and the codes the handlers answer per request version."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 import compactlog
+from compactlog.broker.context import BrokerContext
 from compactlog.broker.error_codes import (
     CONCURRENT_TRANSACTIONS,
+    COORDINATOR_NOT_AVAILABLE,
+    ILLEGAL_GENERATION,
     INVALID_PRODUCER_EPOCH,
     INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
+    NONE,
     PRODUCER_FENCED,
+    UNKNOWN_MEMBER_ID,
 )
 from compactlog.broker.transaction_expiry import TransactionExpiry
-from compactlog.broker.txn_apis import txn_error_code
+from compactlog.broker.txn_apis import (
+    attach,
+    handle_add_offsets_to_txn,
+    handle_txn_offset_commit,
+    txn_error_code,
+    txn_offset_commit_error,
+)
+from compactlog.coordinator.group_metadata import UNKNOWN_MEMBER, GroupMetadata, GroupState
 from compactlog.errors import (
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
     ProducerFencedError,
 )
+from compactlog.server_config import server_config
 from support import FakeClock
 
 ROWS = pa.table({"key": [b"k"], "value": [b"v"]})
@@ -162,3 +179,59 @@ def test_the_expiry_thread_aborts_each_interval_until_shut_down(tmp_path: Path) 
     expiry.run()
     assert waits == [0.25, 0.25, 0.25] and expiry.passes == 2
     assert store.transactions.states()[0].state == "CompleteAbort"  # 1,200 ms > 1,000 ms at the second pass
+
+
+def test_txn_offset_commit_checks_member_and_generation_only_when_given() -> None:
+    group = GroupMetadata("g", 0, 10, 0)
+    group.generation = 3
+    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, -1) == NONE  # a consumer that assigns its partitions
+    assert txn_offset_commit_error(group, "someone", -1) == UNKNOWN_MEMBER_ID
+    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, 2) == ILLEGAL_GENERATION
+    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, 3) == NONE
+    group.state = GroupState.DEAD
+    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, -1) == COORDINATOR_NOT_AVAILABLE
+
+
+def txn_offset_commit(transactional_id: str, producer_id: int, epoch: int, group_id: str, offset: int) -> Any:
+    """A TxnOffsetCommit v3 request of one offset for ``in``-0, as the decoder gives it."""
+    partition = SimpleNamespace(partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                committed_metadata=None)
+    return SimpleNamespace(transactional_id=transactional_id, group_id=group_id, producer_id=producer_id,
+                           producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
+                           topics=[SimpleNamespace(name="in", partitions=[partition])])
+
+
+def test_offsets_aborted_by_another_process_are_not_committed_by_the_producers_next_transaction(
+        tmp_path: Path) -> None:
+    clock = FakeClock()
+    store = open_store(tmp_path, clock)
+    store.create_topic("in", 1, {"cleanup.policy": "delete"})
+    context = BrokerContext(store, server_config({"offsets.topic.num.partitions": 1}))
+    attach(context)
+    manager = context.groups.manager
+    add_offsets = SimpleNamespace(transactional_id="app", group_id="g")
+
+    async def scenario() -> None:
+        pid, epoch = store.transactions.init_producer("app", 1_000)
+        add_offsets.producer_id, add_offsets.producer_epoch = pid, epoch
+        answer = await handle_txn_offset_commit(context, txn_offset_commit("app", pid, epoch, "g", 3), 3, "PLAINTEXT")
+        assert answer["topics"][0]["partitions"][0]["error_code"] == INVALID_TXN_STATE  # AddOffsetsToTxn first
+        assert (await handle_add_offsets_to_txn(context, add_offsets, 3, "PLAINTEXT"))["error_code"] == NONE
+        answer = await handle_txn_offset_commit(context, txn_offset_commit("app", pid, epoch, "g", 7), 3, "PLAINTEXT")
+        assert answer["topics"][0]["partitions"][0]["error_code"] == NONE
+        assert manager.pending_txn_offsets("g") == {("in", 0)}
+        clock.advance(1_001)
+        with compactlog.open(str(tmp_path), clock=clock) as cleaner_store:  # a cleaner pass's expiry, elsewhere
+            assert cleaner_store.abort_expired_transactions() == ["app"]
+        pid, epoch = store.transactions.init_producer("app", 1_000)  # the producer starts over
+        add_offsets.producer_id, add_offsets.producer_epoch = pid, epoch
+        assert (await handle_add_offsets_to_txn(context, add_offsets, 3, "PLAINTEXT"))["error_code"] == NONE
+        store.transactions.add_to_transaction("app", pid, epoch, [("out", 0)])
+        store.append("out", 0, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+        store.transactions.end_ongoing_transaction("app", pid, epoch, commit=True)
+
+    try:
+        asyncio.run(scenario())
+        assert manager.committed("g") == {}  # the aborted transaction's offset stays uncommitted
+    finally:
+        context.close()
