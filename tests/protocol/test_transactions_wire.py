@@ -130,9 +130,9 @@ def test_a_transaction_left_open_past_its_timeout_is_aborted_by_serve(data_dir: 
         create_topic(broker, "out", 1)
         producer = transactional_producer(broker, "stalled", **{"transaction.timeout.ms": 1000})
         producer.begin_transaction()
+        began = time.monotonic()  # before the transaction's AddPartitionsToTxn, which starts its timeout
         producer.produce("out", key=b"k", value=b"stalled")
         producer.flush(TIMEOUT_S)
-        began = time.monotonic()
         with compactlog.open(data_dir) as store:
             assert store.last_stable_offset("out", 0) == 0  # open: read_committed readers stop before it
             while store.last_stable_offset("out", 0) != store.log_end_offset("out", 0):
