@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import pytest
 from broker import running_broker
@@ -211,3 +212,70 @@ def test_confluent_consume_transform_produce_commits_offsets_with_the_transactio
         assert values(broker, "out", 1, "read_committed") == sorted(b"V%d" % i for i in range(10))  # once each
     with running_broker(data_dir) as port:  # the committed offsets are read back from __consumer_offsets
         assert committed_offset(f"127.0.0.1:{port}", "ctp", "in") == 10
+
+
+def test_fencing_and_unknown_partitions_are_answered_with_each_versions_code(data_dir: str, broker: str) -> None:
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+    from kafka.protocol.producer.transaction import (
+        AddPartitionsToTxnRequest,
+        AddPartitionsToTxnResponse,
+        EndTxnRequest,
+        EndTxnResponse,
+    )
+    from test_wire import Connection
+
+    from compactlog.broker.error_codes import (
+        INVALID_PRODUCER_EPOCH,
+        INVALID_REQUEST,
+        INVALID_TRANSACTION_TIMEOUT,
+        NONE,
+        OPERATION_NOT_ATTEMPTED,
+        PRODUCER_FENCED,
+        UNKNOWN_TOPIC_OR_PARTITION,
+    )
+
+    create_topic(broker, "out", 1)
+    conn = Connection(broker)
+
+    def init(version: int, producer_id: int = -1, epoch: int = -1, timeout_ms: int = 60_000,
+             transactional_id: str = "app") -> Any:
+        fields = {"producer_id": producer_id, "producer_epoch": epoch} if version >= 3 else {}
+        return conn.call(InitProducerIdRequest(version=version, transactional_id=transactional_id,
+                                               transaction_timeout_ms=timeout_ms, **fields), InitProducerIdResponse)
+
+    def add(version: int, producer_id: int, epoch: int, topics: dict[str, list[int]]) -> dict[tuple[str, int], int]:
+        answer = conn.call(AddPartitionsToTxnRequest(
+            version=version, v3_and_below_transactional_id="app", v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
+                AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=name, partitions=partitions)
+                for name, partitions in topics.items()]), AddPartitionsToTxnResponse)
+        return {(t.name, p.partition_index): p.partition_error_code
+                for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
+
+    def end(version: int, producer_id: int, epoch: int) -> int:
+        return conn.call(EndTxnRequest(version=version, transactional_id="app", producer_id=producer_id,
+                                       producer_epoch=epoch, committed=True), EndTxnResponse).error_code
+
+    try:
+        assert init(4, transactional_id="").error_code == INVALID_REQUEST
+        assert init(4, timeout_ms=0).error_code == INVALID_TRANSACTION_TIMEOUT
+        first = init(4)
+        assert (first.error_code, first.producer_epoch) == (NONE, 0)
+        second = init(0)  # a new instance: the next epoch
+        assert (second.error_code, second.producer_id, second.producer_epoch) == (NONE, first.producer_id, 1)
+        pid = first.producer_id
+        assert init(4, pid, 1).producer_epoch == 2  # v3+ naming its current epoch: bumped
+        assert init(4, pid, 1).producer_epoch == 2  # the same again: a retry, answered the same
+        assert init(4, pid, 0).error_code == PRODUCER_FENCED  # an older epoch
+        assert init(3, pid, 0).error_code == INVALID_PRODUCER_EPOCH  # before v4, which knows PRODUCER_FENCED
+        assert add(2, pid, 1, {"out": [0]}) == {("out", 0): PRODUCER_FENCED}
+        assert add(1, pid, 1, {"out": [0]}) == {("out", 0): INVALID_PRODUCER_EPOCH}
+        assert add(3, pid, 2, {"out": [0], "missing": [0]}) == {("out", 0): OPERATION_NOT_ATTEMPTED,
+                                                               ("missing", 0): UNKNOWN_TOPIC_OR_PARTITION}
+        assert add(3, pid, 2, {"out": [0, 1]}) == {("out", 0): OPERATION_NOT_ATTEMPTED,
+                                                    ("out", 1): UNKNOWN_TOPIC_OR_PARTITION}
+        assert add(3, pid, 2, {"out": [0]}) == {("out", 0): NONE}
+        assert (end(2, pid, 1), end(1, pid, 1)) == (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)
+        assert end(3, pid, 2) == NONE
+    finally:
+        conn.close()
