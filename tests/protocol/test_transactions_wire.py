@@ -279,3 +279,25 @@ def test_fencing_and_unknown_partitions_are_answered_with_each_versions_code(dat
         assert end(3, pid, 2) == NONE
     finally:
         conn.close()
+
+
+def test_kafka_python_sends_offsets_to_its_transaction(data_dir: str, broker: str) -> None:
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    create_topic(broker, "in", 1)
+    create_topic(broker, "out", 1)
+    producer = KafkaProducer(bootstrap_servers=broker, transactional_id="kp-app")
+    producer.init_transactions()
+    for offset, commit in ((2, False), (3, True)):
+        producer.begin_transaction()
+        producer.send("out", key=b"k", value=b"%d" % offset)
+        producer.send_offsets_to_transaction({TopicPartition("in", 0): OffsetAndMetadata(offset, "", -1)}, "kp-group")
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+            assert committed_offset(broker, "kp-group", "in") == confluent_kafka.OFFSET_INVALID
+    producer.close()
+    assert committed_offset(broker, "kp-group", "in") == 3
+    assert values(broker, "out", 1, "read_committed") == [b"3"]
