@@ -346,7 +346,13 @@ class TransactionCoordinator:
     def add_to_transaction(self, transactional_id: str, producer_id: int, epoch: int,
                            partitions: list[TopicPartition]) -> bool:
         """Add partitions to the producer's ongoing transaction, beginning one (its timeout counted from
-        now, on the store's clock) if none is; fsynced before it returns. Returns whether it began one."""
+        now, on the store's clock) if none is. Returns whether it began one.
+
+        Fsynced when a partition is new to the id, as :meth:`add_partitions`: an open transaction is then
+        always found in a partition the id is known to have written to, whatever a machine crash loses, so
+        an expiry aborts it. The rest (the ``Ongoing`` state, a start time) survives a process crash (the
+        page cache does); after a machine crash the producer's EndTxn is INVALID_TXN_STATE and its rows
+        are aborted by the expiry, counted from the next look."""
         with self._locked():
             meta = check_producer(self._load(transactional_id), transactional_id, producer_id, epoch)
             begins = begins_transaction(meta)
@@ -356,8 +362,9 @@ class TransactionCoordinator:
             if begins:
                 meta.state, meta.ongoing, meta.txn_start_ms = ONGOING, [], self.store.clock()
             meta.ongoing.extend(new)
-            meta.partitions.extend(tp for tp in new if tp not in meta.partitions)
-            self._save(meta)
+            unknown = [tp for tp in new if tp not in meta.partitions]
+            meta.partitions.extend(unknown)
+            self._save(meta, sync=bool(unknown))
             return begins
 
     def end_ongoing_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
@@ -372,7 +379,9 @@ class TransactionCoordinator:
                 self._save(meta)
             self._write_markers(meta, meta.ongoing, commit=commit, epoch=epoch)
             meta.state, meta.prepared, meta.ongoing = COMPLETE_COMMIT if commit else COMPLETE_ABORT, [], []
-            self._save(meta)
+            # Not fsynced: the markers are; a state lost with the machine leaves Ongoing, whose EndTxn or
+            # InitProducerId finds no open transaction left to mark.
+            self._save(meta, sync=False)
 
     def check_in_transaction(self, transactional_id: str, producer_id: int, epoch: int,
                              partition: TopicPartition) -> None:

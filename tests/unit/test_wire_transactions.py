@@ -5,6 +5,7 @@ a FakeClock; and the codes the handlers answer per request version."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -235,3 +236,26 @@ def test_offsets_aborted_by_another_process_are_not_committed_by_the_producers_n
         assert manager.committed("g") == {}  # the aborted transaction's offset stays uncommitted
     finally:
         context.close()
+
+
+def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(tmp_path, FakeClock())
+    coordinator = store.transactions
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    store.log("out", 0)  # opened before counting: opening a partition writes files of its own
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+
+    def one_transaction(sequence: int) -> int:
+        synced.clear()
+        coordinator.add_to_transaction("app", pid, epoch, [("out", 0)])
+        store.append("out", 0, ROWS, producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
+                     transactional=True, flush=False)
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+        return len(synced)
+
+    first, second = one_transaction(0), one_transaction(1)
+    assert first == second + 1  # the id's first transaction there records the partition durably
+    assert second == 1  # then only the COMMIT marker (which also makes the transaction's rows durable)
