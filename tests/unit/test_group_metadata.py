@@ -142,10 +142,12 @@ def test_the_initial_delay_never_passes_the_rebalance_timeout():
 def test_protocols_are_chosen_by_vote_among_those_all_support():
     clock = FakeClock()
     g = group(clock)
-    g.join(params(protocols=(("range", b""), ("sticky", b""))), "a", clock())
+    g.join(params(protocols=(("sticky", b""), ("range", b""), ("roundrobin", b""))), "a", clock())
     g.join(params(protocols=(("sticky", b""), ("range", b""))), "b", clock())
-    g.join(params(protocols=(("sticky", b""),)), "c", clock())
-    assert select_protocol(g.members.values()) == "sticky"
+    g.join(params(protocols=(("roundrobin", b""), ("range", b""), ("sticky", b""))), "c", clock())
+    assert select_protocol(g.members.values()) == "sticky"  # 2 votes to 1; roundrobin is not common
+    del g.members["b"]
+    assert select_protocol(g.members.values()) == "sticky"  # a tie: the protocol voted for first
 
 
 def test_a_member_without_a_common_protocol_is_inconsistent():

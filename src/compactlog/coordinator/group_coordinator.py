@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
-
-from kafka.protocol.consumer import ConsumerProtocolSubscription
 
 from ..broker.error_codes import (
     COORDINATOR_NOT_AVAILABLE,
@@ -48,9 +47,11 @@ from .group_metadata_manager import (
     TopicPartition,
 )
 from .member_metadata import JoinParams, JoinResult, Reply, SyncResult
+from .offset_expiry import subscribed_topics
 
-__all__ = ["TICK_S", "GroupCoordinator", "snapshot", "subscribed_topics"]
+__all__ = ["TICK_S", "GroupCoordinator", "snapshot"]
 
+log = logging.getLogger("compactlog.groups")
 # How often (seconds of the event loop) the coordinator looks for deadlines that passed.
 TICK_S = 0.05
 Runner = Callable[..., Awaitable[Any]]
@@ -97,11 +98,18 @@ class GroupCoordinator:
     async def _ticks(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            now = self._clock()
-            await self.expire(now)
-            if now >= self._next_offsets_expiry:
-                self._next_offsets_expiry = now + self.config.offsets_retention_check_interval_ms
-                await self._run(self.manager.expire_offsets, now, self.is_empty)
+            try:
+                await self.tick(self._clock())
+            except Exception:  # logged; the next tick tries again, so that no group's deadlines stop
+                log.exception("group coordinator tick failed")
+
+    async def tick(self, now: int) -> None:
+        """What is due at ``now``: members' and joins' deadlines, and every
+        ``offsets.retention.check.interval.ms`` the expiry of committed offsets."""
+        await self.expire(now)
+        if now >= self._next_offsets_expiry:
+            self._next_offsets_expiry = now + self.config.offsets_retention_check_interval_ms
+            await self._run(self.manager.expire_offsets, now, self.is_empty)
 
     async def expire(self, now: int) -> None:
         """Run every group's deadlines due at ``now`` and answer what they decide."""
@@ -243,7 +251,7 @@ class GroupCoordinator:
             return GROUP_ID_NOT_FOUND, {}
         if group.members and group.protocol_type != "consumer":
             return NON_EMPTY_GROUP, {}  # another protocol's subscriptions cannot be read
-        subscribed = subscribed_topics(group)
+        subscribed = subscribed_topics(snapshot(group)) if group.members else set()
         errors = {tp: GROUP_SUBSCRIBED_TO_TOPIC if subscribed is None or tp[0] in subscribed else NONE
                   for tp in partitions}
         deletable = [tp for tp, error in errors.items() if error == NONE]
@@ -279,17 +287,3 @@ def snapshot(group: GroupMetadata) -> GroupSnapshot:
     return GroupSnapshot(group.group_id, group.protocol_type or "", group.generation, group.protocol, group.leader,
                          group.current_state_timestamp, members)
 
-
-def subscribed_topics(group: GroupMetadata) -> set[str] | None:
-    """The topics a consumer group's members subscribe to (their ConsumerProtocolSubscription, decoded by
-    kafka-python); none for a group without members or of another protocol type; None (every topic counts
-    as subscribed) when a member's subscription cannot be decoded."""
-    if group.protocol_type != "consumer" or not group.members:
-        return set()
-    topics: set[str] = set()
-    for member in group.members.values():
-        try:
-            topics.update(ConsumerProtocolSubscription.decode(member.metadata(group.protocol or "")).topics)
-        except Exception:  # the decoder raises whatever a bad byte leads it to; the rule above decides
-            return None
-    return topics

@@ -265,8 +265,6 @@ class GroupMetadata:
             self._transition(GroupState.EMPTY, now)
             return replies
         self.protocol = select_protocol(self.members.values())
-        if self.leader not in self.members:
-            self.leader = next(iter(self.members))
         self._transition(GroupState.COMPLETING_REBALANCE, now)
         for member in self.members.values():
             member.awaiting_join = False
@@ -348,8 +346,6 @@ class GroupMetadata:
         """A Heartbeat's error code; a known member's session is renewed."""
         if self.state == GroupState.DEAD:
             return COORDINATOR_NOT_AVAILABLE
-        if self.state == GroupState.EMPTY:
-            return UNKNOWN_MEMBER_ID
         error = self._check_member(member_id, group_instance_id, generation)
         if error != NONE:
             return error
