@@ -41,6 +41,7 @@ from compactlog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
 )
+from compactlog.maintenance import plan_transaction_expiry
 from compactlog.server_config import server_config
 from support import FakeClock
 
@@ -136,8 +137,9 @@ def test_an_ongoing_wire_transaction_expires_after_its_timeout_even_without_reco
     pid, epoch = coordinator.init_producer("app", 1_000)
     coordinator.add_to_transaction("app", pid, epoch, [("out", 0)])
     clock.advance(1_000)
-    assert store.abort_expired_transactions() == []  # not past its timeout yet
+    assert plan_transaction_expiry(store) == [] and store.abort_expired_transactions() == []  # not past it yet
     clock.advance(1)
+    assert plan_transaction_expiry(store) == ["app"]  # what clean's dry run shows
     assert store.abort_expired_transactions() == ["app"]
     with pytest.raises(ProducerFencedError):  # its producer is fenced
         coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
