@@ -261,3 +261,32 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
     first, second = one_transaction(0), one_transaction(1)
     assert first == second + 1  # the id's first transaction there records the partition durably
     assert second == 1  # then only the COMMIT marker (which also makes the transaction's rows durable)
+
+
+def test_a_wire_commit_cut_short_between_markers_is_completed_by_the_next_expiry_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(tmp_path, FakeClock())
+    coordinator = store.transactions
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    coordinator.add_to_transaction("app", pid, epoch, [("out", 0), ("out", 1)])
+    for partition in (0, 1):
+        store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+    write_marker = store.write_marker
+
+    def crash_after_the_first(topic: str, partition: int, *args: Any) -> int:
+        if partition == 1:
+            raise OSError("the process died here")
+        return write_marker(topic, partition, *args)
+
+    monkeypatch.setattr(store, "write_marker", crash_after_the_first)
+    with pytest.raises(OSError):
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    monkeypatch.setattr(store, "write_marker", write_marker)
+    assert values(store, 0, "read_committed") == [b"v"] and values(store, 1, "read_committed") == []
+    with pytest.raises(ConcurrentTransactionsError):  # the client retries until the commit is completed
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    assert store.abort_expired_transactions() == []  # completes the commit (never aborts it)
+    assert values(store, 1, "read_committed") == [b"v"]
+    coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)  # the retried EndTxn: done already
+    (state,) = coordinator.states()
+    assert (state.state, state.ongoing, state.prepared) == ("CompleteCommit", [], [])
