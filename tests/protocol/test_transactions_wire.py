@@ -4,6 +4,7 @@ transactional batches), read back by read_committed and read_uncommitted consume
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -301,3 +302,27 @@ def test_kafka_python_sends_offsets_to_its_transaction(data_dir: str, broker: st
     producer.close()
     assert committed_offset(broker, "kp-group", "in") == 3
     assert values(broker, "out", 1, "read_committed") == [b"3"]
+
+
+def test_aiokafka_transactions_commit_abort_and_send_offsets(broker: str) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+    create_topic(broker, "out", 1)
+
+    async def pipeline() -> None:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=broker, transactional_id="aio")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_and_wait("out", b"committed", key=b"k")
+                await producer.send_offsets_to_transaction({aiokafka.TopicPartition("out", 0): 1}, "aio-group")
+            with pytest.raises(RuntimeError):
+                async with producer.transaction():  # an exception in the block aborts the transaction
+                    await producer.send_and_wait("out", b"aborted", key=b"k")
+                    await producer.send_offsets_to_transaction({aiokafka.TopicPartition("out", 0): 2}, "aio-group")
+                    raise RuntimeError("abort")
+        finally:
+            await producer.stop()
+
+    asyncio.run(pipeline())
+    assert values(broker, "out", 1, "read_committed") == [b"committed"]
+    assert committed_offset(broker, "aio-group", "out") == 1
