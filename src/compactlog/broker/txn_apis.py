@@ -1,6 +1,9 @@
 """The transactional APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn
 (Kafka's ``KafkaApis`` handlers in front of its ``TransactionCoordinator``), answered by the store's
 transaction coordinator (:mod:`compactlog.transactions`, rules in :mod:`compactlog.transaction_transitions`).
+Their state is that coordinator's ``.transactions/`` files, not a compacted ``__transaction_state`` topic as
+in Kafka: the store's Python producers, in other processes, share the same transactional ids through those
+files under their ``flock``, and one record of the state is what keeps both kinds of producer fenced alike.
 
 Rules, as Kafka's on one broker:
 
