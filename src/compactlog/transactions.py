@@ -15,13 +15,15 @@ Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flo
 The wire's transactions (:mod:`compactlog.broker.txn_apis`) keep their state here too rather than in a
 ``__transaction_state`` topic as Kafka does: the store's Python producers, in other processes, register
 the same transactional ids with this coordinator under its ``flock``, and a second copy of the state in a
-topic could disagree with this one; these files are the one record both share, and every change is as
-durable as a Kafka coordinator's (fsynced before it is answered). Kafka's transactions add partitions
+topic could disagree with this one; these files are the one record both share. What a crash of the
+machine must not lose (a partition new to the id, a PrepareCommit) is fsynced before it is answered, the
+rest survives a crash of the process (:meth:`TransactionCoordinator.add_to_transaction`). Kafka's
+transactions add partitions
 explicitly (AddPartitionsToTxn) and end with EndTxn, so a wire transaction's partitions are kept
 (``ongoing``, state ``Ongoing``), while a Python producer's are known to it and to the partitions' producer
 state.
 
-Whether a transaction is open is not kept here: the partitions' producer state knows it (a producer's
+Whether a transaction has rows open is not kept here: the partitions' producer state knows it (a producer's
 transactional rows since its last marker, :mod:`compactlog.producer_state`), and that state is as
 durable as the rows themselves. When it began is kept here, as Kafka's coordinator keeps
 ``txnStartTimestamp``: a transaction costs one coordinator write when it begins (its first records, Kafka's
@@ -45,8 +47,9 @@ Rules (Kafka's transaction coordinator, on one machine):
   refuses it with :class:`InvalidTransactionTimeoutError` (Kafka's InitProducerId does);
 * a transaction open for longer than its ``transaction.timeout.ms``, counted on the store's clock from when
   the coordinator saw it begin (never from a record's CreateTime, which the producer chooses), is aborted
-  by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass and
-  ``store.abort_expired_transactions()`` call it), with the epoch bumped so the stalled producer is fenced.
+  by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass, the broker's expiry thread and
+  ``store.abort_expired_transactions()`` call it), with the epoch bumped so the stalled producer is fenced;
+  so is a wire transaction ``Ongoing`` past its timeout before any of its rows arrived.
 """
 
 from __future__ import annotations
