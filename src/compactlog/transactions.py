@@ -18,10 +18,9 @@ the same transactional ids with this coordinator under its ``flock``, and a seco
 topic could disagree with this one; these files are the one record both share. What a crash of the
 machine must not lose (a partition new to the id, a PrepareCommit) is fsynced before it is answered, the
 rest survives a crash of the process (:meth:`TransactionCoordinator.add_to_transaction`). Kafka's
-transactions add partitions
-explicitly (AddPartitionsToTxn) and end with EndTxn, so a wire transaction's partitions are kept
-(``ongoing``, state ``Ongoing``), while a Python producer's are known to it and to the partitions' producer
-state.
+transactions add partitions explicitly (AddPartitionsToTxn) and end with EndTxn, so a wire transaction's
+partitions are kept (``ongoing``, state ``Ongoing``), while a Python producer's are known to it and to the
+partitions' producer state.
 
 Whether a transaction has rows open is not kept here: the partitions' producer state knows it (a producer's
 transactional rows since its last marker, :mod:`compactlog.producer_state`), and that state is as
