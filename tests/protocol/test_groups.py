@@ -1,6 +1,6 @@
 """Consumer groups with real clients, unmodified: kafka-python KafkaConsumers and confluent-kafka Consumers in one
 group (child processes, :mod:`group_member`) share a 4-partition topic, take over the partitions of a member
-that stops, and resume from their committed offsets after a broker restart, a kill -9 included: no record
+that stops or is killed, and resume from their committed offsets after a broker restart, a kill -9 included: no record
 lost, a record consumed again only if its offset was not yet committed (at least once)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broker import start_broker, stop_broker
@@ -175,7 +176,7 @@ def check_at_least_once(g: Group, end: int) -> None:
         assert not missing, f"partition {partition} lost offsets {missing[:10]}"
 
 
-def test_kafka_python_and_confluent_members_share_partitions_and_take_over_a_stopped_ones(
+def test_kafka_python_and_confluent_members_share_partitions_and_take_over_a_stopped_or_killed_ones(
         tmp_path: Path, group: Callable[[str], Group]) -> None:
     proc, port = start_broker(broker_dir(tmp_path))
     try:
@@ -196,7 +197,14 @@ def test_kafka_python_and_confluent_members_share_partitions_and_take_over_a_sto
         wait_until(lambda: all_committed(g, 50), "the records after the stop committed")
         assert orphaned and any(orphaned <= (m.assignment() or set()) for m in g.running())
         assert {m.client for m in g.running()} == {"kafka-python", "confluent"}
-        check_at_least_once(g, 50)
+
+        crashed = next(m for m in g.running() if m.client == "confluent")
+        crashed.proc.kill()  # kill -9: no LeaveGroup; its session times out (6 s) and the others take over
+        crashed.proc.wait()
+        produce(bootstrap, 25)
+        wait_until(lambda: split_evenly(g) and len(g.running()) == 2, "2 members share 4 partitions")
+        wait_until(lambda: all_committed(g, 75), "the records after the crash committed")
+        check_at_least_once(g, 75)
         g.stop_all()
     finally:
         stop_broker(proc)
@@ -243,3 +251,43 @@ def test_commits_survive_a_kill_9_and_a_restart_of_the_broker(tmp_path: Path, gr
         resumed.stop_all()
     finally:
         stop_broker(proc)
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_without_a_rebalance(broker: str) -> None:
+    """confluent-kafka members with group.instance.id: one closes (a static member sends no LeaveGroup) and
+    comes back under a new member id; the other is never revoked and both keep their partitions."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    create_topic(broker)
+    revoked: list[int] = []
+
+    def member(instance: str, on_revoke: Callable[..., None] | None = None) -> Any:
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": "static",
+                                             "group.instance.id": instance, "session.timeout.ms": 6000,
+                                             "heartbeat.interval.ms": 500})
+        if on_revoke is None:
+            consumer.subscribe([TOPIC])
+        else:
+            consumer.subscribe([TOPIC], on_revoke=on_revoke)
+        return consumer
+
+    def assignments(consumers: list[Any]) -> list[list[int]]:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            for consumer in consumers:
+                consumer.poll(0.1)
+            shares = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
+            if sum(map(len, shares)) == PARTITIONS and all(shares):
+                return shares
+            assert time.monotonic() < deadline, f"no full assignment: {shares}"
+
+    first = member("first")
+    second = member("second", on_revoke=lambda consumer, partitions: revoked.append(len(partitions)))
+    try:
+        before = assignments([first, second])
+        first.close()
+        first = member("first")
+        assert assignments([first, second]) == before
+        assert revoked == []
+    finally:
+        first.close()
+        second.close()

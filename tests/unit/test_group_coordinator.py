@@ -12,6 +12,7 @@ import pytest
 from kafka.protocol.consumer import ConsumerProtocolSubscription
 
 from compactlog.broker.error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
     GROUP_ID_NOT_FOUND,
     GROUP_SUBSCRIBED_TO_TOPIC,
     ILLEGAL_GENERATION,
@@ -125,11 +126,11 @@ def test_a_restarted_coordinator_loads_groups_without_their_members(tmp_path) ->
         groups = coordinator(tmp_path, clock)
         group = groups.groups["g"]
         assert (group.state, group.generation, group.members) == (GroupState.EMPTY, 2, {})
-        assert groups.committed("g")[("t", 0)].offset == 7
+        assert groups.manager.committed("g")[("t", 0)].offset == 7
         assert groups.heartbeat("g", a, None, 2) == UNKNOWN_MEMBER_ID  # members start over
         assert await groups.commit_offsets("g", a, None, 2, {("t", 0): OffsetAndMetadata(8)}) == UNKNOWN_MEMBER_ID
         assert await groups.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(9)}) == NONE
-        assert groups.committed("g")[("t", 0)].offset == 9
+        assert groups.manager.committed("g")[("t", 0)].offset == 9
         rejoined = await groups.join("g", params())
         assert rejoined.generation == 3  # generations go on from the stored one
 
@@ -138,7 +139,7 @@ def test_a_restarted_coordinator_loads_groups_without_their_members(tmp_path) ->
     asyncio.run(second(member))
 
 
-def test_offsets_of_an_empty_group_expire_on_the_retention_check(tmp_path) -> None:
+def test_offsets_of_an_empty_group_expire_on_the_retention_check_and_the_group_goes(tmp_path) -> None:
     async def scenario() -> None:
         clock = FakeClock()
         groups = coordinator(tmp_path, clock, **{"offsets.retention.minutes": 1,
@@ -146,10 +147,11 @@ def test_offsets_of_an_empty_group_expire_on_the_retention_check(tmp_path) -> No
         assert await groups.commit_offsets("simple", "", None, -1, {("t", 0): OffsetAndMetadata(3)}) == NONE
         clock.advance(59_000)
         await groups.tick(clock())
-        assert groups.committed("simple")
+        assert groups.manager.committed("simple")
         clock.advance(1_000)
         await groups.tick(clock())
-        assert groups.committed("simple") == {}
+        assert groups.manager.committed("simple") == {}
+        assert "simple" not in groups.groups  # no members, no offsets: forgotten, as Kafka does
 
     asyncio.run(scenario())
 
@@ -162,7 +164,7 @@ def test_deleting_groups_and_offsets(tmp_path) -> None:
         await groups.commit_offsets("g", a, None, 2, {("t", 0): OffsetAndMetadata(5), ("u", 0): OffsetAndMetadata(1)})
         error, errors = await groups.delete_offsets("g", [("t", 0), ("u", 0)])
         assert error == NONE and errors == {("t", 0): GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): NONE}
-        assert set(groups.committed("g")) == {("t", 0)}
+        assert set(groups.manager.committed("g")) == {("t", 0)}
         assert await groups.delete_groups(["g", "missing"]) == {"g": NON_EMPTY_GROUP, "missing": GROUP_ID_NOT_FOUND}
         for member in list(groups.groups["g"].members):
             await groups.leave("g", [(member, None)])
@@ -176,3 +178,16 @@ def test_deleting_groups_and_offsets(tmp_path) -> None:
 def test_a_session_timeout_outside_the_brokers_bounds_is_refused(tmp_path, session: int) -> None:
     groups = coordinator(tmp_path, FakeClock())
     assert asyncio.run(groups.join("g", params(session=session))).error == INVALID_SESSION_TIMEOUT
+
+
+def test_a_group_that_cannot_be_stored_answers_coordinator_not_available_and_stays_unsynced(tmp_path) -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        groups = coordinator(tmp_path, clock)
+        joined = await groups.join("g", params())
+        groups.manager.store.close()  # every write now fails (StoreClosedError)
+        synced = await groups.sync("g", joined.member_id, None, 1, None, None, {joined.member_id: b"A"})
+        assert (synced.error, synced.assignment) == (COORDINATOR_NOT_AVAILABLE, b"")
+        assert groups.groups["g"].state == GroupState.COMPLETING_REBALANCE
+
+    asyncio.run(scenario())

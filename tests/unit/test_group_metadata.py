@@ -259,6 +259,7 @@ def test_a_static_member_rejoining_takes_its_place_without_a_rebalance():
     _member_id, replies = g.join(params(instance="i1"), "a2", clock())  # restarted: no member id
     result = joined(replies, "a2")
     assert (result.error, result.generation, g.state) == (NONE, 1, GroupState.STABLE)
+    assert result.leader == "a2" and result.skip_assignment  # the leader keeps the stored assignment
     assert synced(g.sync("a2", "i1", 1, None, None, {}, clock())[0], "a2").assignment == b"A"
     assert g.heartbeat("a", "i1", 1, clock()) == FENCED_INSTANCE_ID  # the old incarnation is fenced
     _, replies = g.join(params("a", instance="i1"), "unused", clock())

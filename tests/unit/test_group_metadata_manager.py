@@ -212,3 +212,49 @@ def test_an_acknowledged_commit_survives_a_kill_9(tmp_path: Path) -> None:
     assert acknowledged == list(range(20))
     loaded = manager(compactlog.open(data)).load()
     assert loaded["g"].offsets == {("t", tp): OffsetAndMetadata(16 + tp, commit_timestamp=5) for tp in range(4)}
+
+
+def test_a_tombstone_drops_the_keys_pending_transactional_offsets(store: Store) -> None:
+    m = manager(store)
+    partition = m.partition_for("g")
+    m.store_offsets("g", {("t", 0): om(1)})
+    m.store_txn_offsets("g", 100, 0, {("t", 0): om(10), ("t", 1): om(11)})
+    m.delete_offsets("g", [("t", 0), ("t", 1)])  # (t, 1) has only a pending offset: no tombstone, it stays
+    store.write_marker(OFFSETS_TOPIC, partition, 100, 0, commit=True)
+    m.complete_txn(100, commit=True)
+    # The tombstone is newer than the transactional (t, 0): as after a clean, which keeps only the tombstone.
+    assert m.committed("g") == {("t", 1): om(11)}
+    assert reloaded(store).committed("g") == {("t", 1): om(11)}
+    for p in range(PARTITIONS):
+        store.roll(OFFSETS_TOPIC, p)
+    store.clean(force=True, topic=OFFSETS_TOPIC)
+    assert reloaded(store).committed("g") == {("t", 1): om(11)}
+
+
+def test_the_markers_in_the_log_settle_transactions_whoever_wrote_them(store: Store, clock: FakeClock) -> None:
+    m = manager(store)
+    partition = m.partition_for("g")
+    m.store_txn_offsets("g", 100, 0, {("t", 0): om(10)})
+    store.write_marker(OFFSETS_TOPIC, partition, 100, 0, commit=False)  # aborted unseen (a timeout, say)
+    m.store_txn_offsets("g", 100, 0, {("t", 1): om(11)})
+    store.write_marker(OFFSETS_TOPIC, partition, 100, 0, commit=True)
+    m.complete_txn(100, commit=True)
+    assert m.committed("g") == {("t", 1): om(11)}  # the aborted transaction's offset did not come with it
+    # The log decides, whatever the caller says; with no marker yet, the offsets stay pending.
+    m.store_txn_offsets("g", 100, 0, {("t", 2): om(12)})
+    m.complete_txn(100, commit=False)
+    assert m.pending_txn_offsets("g") == {("t", 2)}
+    store.write_marker(OFFSETS_TOPIC, partition, 100, 0, commit=True)
+    m.complete_txn(100, commit=False)
+    assert m.committed("g") == {("t", 1): om(11), ("t", 2): om(12)}
+    assert reloaded(store).committed("g") == m.committed("g")
+
+
+def test_expiry_settles_a_transaction_ended_unseen(store: Store, clock: FakeClock) -> None:
+    m = manager(store, **{"offsets.retention.minutes": "1"})
+    m.store_offsets("g", {("t", 0): om(1, clock.now)})
+    m.store_txn_offsets("g", 100, 0, {("t", 0): om(10)})
+    store.write_marker(OFFSETS_TOPIC, m.partition_for("g"), 100, 0, commit=False)  # complete_txn never called
+    clock.advance(60_000)
+    assert m.expire_offsets(clock.now, lambda group: True) == 1  # no longer held back as pending
+    assert m.committed("g") == {} and m.pending_txn_offsets("g") == set()

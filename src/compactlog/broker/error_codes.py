@@ -51,6 +51,7 @@ GROUP_MAX_SIZE_REACHED = 81
 FENCED_INSTANCE_ID = 82
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 INVALID_RECORD = 87
+UNSTABLE_OFFSET_COMMIT = 88
 PRODUCER_FENCED = 90
 
 # Most specific first: the first class in an error's MRO found here gives its code.

@@ -12,7 +12,9 @@ Rules, as Kafka's ``KafkaApis``:
   partition alone (the others are committed); v2-v4's retention time is not kept: offsets expire by
   ``offsets.retention.minutes``, as Kafka 2.1+ does for every version;
 * OffsetFetch of a partition without a committed offset answers offset -1; no topics (v2+) means all the
-  group's; v8+ batch groups; an unknown group has no offsets (not an error);
+  group's; v8+ batch groups; an unknown group has no offsets (not an error); with ``require_stable`` (v7+,
+  sent by read_committed consumers) a partition whose offset an open transaction has pending answers
+  UNSTABLE_OFFSET_COMMIT, and the client retries once the transaction has ended;
 * DescribeGroups shows members' metadata and assignments only when the group is Stable, and an unknown group
   as Dead with no error; ListGroups v4+ filter by state, v5+ by type (every group here is "classic").
 """
@@ -22,12 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..coordinator.group_metadata import GroupState
-from ..coordinator.group_metadata_manager import OffsetAndMetadata, TopicPartition
+from ..coordinator.group_metadata_manager import GroupMetadataManager, OffsetAndMetadata, TopicPartition
 from ..coordinator.member_metadata import JoinParams
 from ..errors import UnknownTopicOrPartitionError
 from ..store import Store
 from .context import BrokerContext
-from .error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION
+from .error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 
 __all__ = ["handle_delete_groups", "handle_describe_groups", "handle_heartbeat", "handle_join_group",
            "handle_leave_group", "handle_list_groups", "handle_offset_commit", "handle_offset_delete",
@@ -62,7 +64,7 @@ async def handle_join_group(context: BrokerContext, request: Any, version: int, 
     return {"throttle_time_ms": 0, "error_code": result.error, "generation_id": result.generation,
             "protocol_type": result.protocol_type,
             "protocol_name": result.protocol if version >= 7 else result.protocol or "",
-            "leader": result.leader, "skip_assignment": False, "member_id": result.member_id,
+            "leader": result.leader, "skip_assignment": result.skip_assignment, "member_id": result.member_id,
             "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
                         for member_id, instance_id, metadata in result.members]}
 
@@ -124,20 +126,29 @@ async def handle_offset_commit(context: BrokerContext, request: Any, version: in
             "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}
 
 
-def _fetched(committed: dict[TopicPartition, OffsetAndMetadata],
-             topics: list[tuple[str, list[int]]] | None) -> list[dict[str, Any]]:
-    """OffsetFetch's topics for one group: the asked partitions (all committed ones when ``topics`` is None)."""
+def _read_offsets(manager: GroupMetadataManager, group_id: str, require_stable: bool,
+                  ) -> tuple[dict[TopicPartition, OffsetAndMetadata], set[TopicPartition]]:
+    """A group's committed offsets, and (when the client requires stable offsets) the partitions whose offsets
+    an open transaction has pending."""
+    return manager.committed(group_id), manager.pending_txn_offsets(group_id) if require_stable else set()
+
+
+async def _fetched(context: BrokerContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                   require_stable: bool) -> list[dict[str, Any]]:
+    """OffsetFetch's topics for one group: the asked partitions (all the group's when ``topics`` is None)."""
+    committed, pending = await context.run(_read_offsets, context.groups.manager, group_id, require_stable)
     if topics is None:
         grouped: dict[str, list[int]] = {}
-        for topic, partition in sorted(committed):
+        for topic, partition in sorted(committed.keys() | pending):
             grouped.setdefault(topic, []).append(partition)
         topics = list(grouped.items())
     answer = []
     for name, partitions in topics:
         rows = []
         for partition in partitions:
-            offset = committed.get((name, partition))
-            rows.append({"partition_index": partition, "error_code": NONE,
+            offset = None if (name, partition) in pending else committed.get((name, partition))
+            rows.append({"partition_index": partition,
+                         "error_code": UNSTABLE_OFFSET_COMMIT if (name, partition) in pending else NONE,
                          "committed_offset": NO_OFFSET if offset is None else offset.offset,
                          "committed_leader_epoch": -1 if offset is None else offset.leader_epoch,
                          "metadata": "" if offset is None else offset.metadata})
@@ -146,15 +157,15 @@ def _fetched(committed: dict[TopicPartition, OffsetAndMetadata],
 
 
 async def handle_offset_fetch(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
+    require_stable = version >= 7 and request.require_stable
     if version >= 8:
-        groups = [{"group_id": g.group_id, "error_code": NONE, "topics": _fetched(
-            context.groups.committed(g.group_id),
-            None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics])}
-            for g in request.groups]
+        groups = [{"group_id": g.group_id, "error_code": NONE, "topics": await _fetched(
+            context, g.group_id, None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics],
+            require_stable)} for g in request.groups]
         return {"throttle_time_ms": 0, "groups": groups}
     topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     return {"throttle_time_ms": 0, "error_code": NONE,
-            "topics": _fetched(context.groups.committed(request.group_id), topics)}
+            "topics": await _fetched(context, request.group_id, topics, require_stable)}
 
 
 async def handle_offset_delete(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:

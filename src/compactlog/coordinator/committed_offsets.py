@@ -9,8 +9,8 @@ Rules (Kafka's ``GroupMetadataManager`` loading, with one deviation noted):
 * a record's key says what it is (:mod:`.offset_records`); the latest record of a key wins; a null value
   (tombstone) deletes the offset or the group's metadata;
 * a transactional record (TxnOffsetCommit) is pending, per producer and partition, until that producer's
-  COMMIT marker is read in that partition (then it is committed) or its ABORT marker (then it is dropped);
-  a partition's load ends with the transactions still open pending, for :meth:`CommittedOffsets.complete`;
+  next COMMIT marker in that partition (then it is committed) or its next ABORT marker (then it is dropped);
+  a partition's load ends with the transactions still open pending, for their markers to come;
 * a committed transactional offset replaces the key's current offset only if its record is newer (a higher
   log offset) than the current one's, as Kafka's ``olderThan``: a plain commit appended while the
   transaction was open wins;
@@ -71,7 +71,7 @@ class CommittedOffsets:
               control_type: int = CONTROL_NONE) -> None:
         """One record of ``__consumer_offsets`` partition ``partition``, at ``record_offset``."""
         if control_type in (CONTROL_COMMIT, CONTROL_ABORT):
-            self.complete(producer_id, control_type == CONTROL_COMMIT, partition)
+            self.complete(producer_id, control_type == CONTROL_COMMIT, partition, record_offset)
             return
         if control_type != CONTROL_NONE or key is None:
             return  # a cleaner-emptied batch (no key or value) or a keyless record: nothing to apply
@@ -108,12 +108,13 @@ class CommittedOffsets:
                 else:
                     del self.pending[producer_id]
 
-    def complete(self, producer_id: int, commit: bool, partition: int | None = None) -> None:
-        """A producer's transaction ended (in ``partition``, or in every partition when None): on a commit
-        its pending offsets become committed where their record is newer than the current one's."""
+    def complete(self, producer_id: int, commit: bool, partition: int, marker_offset: int) -> None:
+        """The producer's COMMIT (``commit``) or ABORT marker at ``marker_offset`` of ``partition``: it ends the
+        producer's pending records before it there. On a commit they become committed where their record is
+        newer than the key's current one."""
         records = self.pending.pop(producer_id, [])
-        ended = [p for p in records if partition is None or p.partition == partition]
-        still_open = [p for p in records if not (partition is None or p.partition == partition)]
+        ended = [p for p in records if p.partition == partition and p.record_offset < marker_offset]
+        still_open = [p for p in records if not (p.partition == partition and p.record_offset < marker_offset)]
         if still_open:
             self.pending[producer_id] = still_open
         if not commit:
@@ -125,6 +126,13 @@ class CommittedOffsets:
             current = self.offsets.get(p.group, {}).get(p.topic_partition)
             if current is None or current[0] < p.record_offset:
                 self.offsets.setdefault(p.group, {})[p.topic_partition] = (p.record_offset, p.value)
+
+    def pending_since(self, producer_id: int) -> dict[int, int]:
+        """Partition -> the offset of the producer's first pending record there."""
+        first: dict[int, int] = {}
+        for p in self.pending.get(producer_id, []):
+            first[p.partition] = min(first.get(p.partition, p.record_offset), p.record_offset)
+        return first
 
     # -- reading -----------------------------------------------------------------------------------------------
 

@@ -110,6 +110,19 @@ class GroupCoordinator:
         if now >= self._next_offsets_expiry:
             self._next_offsets_expiry = now + self.config.offsets_retention_check_interval_ms
             await self._run(self.manager.expire_offsets, now, self.is_empty)
+            await self._remove_forgotten_groups(now)
+
+    async def _remove_forgotten_groups(self, now: int) -> None:
+        """Kafka's cleanup after an expiry: a group with no members and no offsets left is dead and forgotten
+        (its metadata gets a tombstone), as if deleted."""
+        empty = [g.group_id for g in self.groups.values() if g.state == GroupState.EMPTY and g.is_empty]
+        without_offsets = await self._run(_without_offsets, self.manager, empty)
+        for group_id in without_offsets:
+            group = self.groups.get(group_id)
+            if group is not None and group.state == GroupState.EMPTY and group.is_empty:  # nobody came meanwhile
+                self._deliver(group_id, group.mark_dead(now))
+                del self.groups[group_id]
+                await self._run(self.manager.delete_group, group_id)
 
     async def expire(self, now: int) -> None:
         """Run every group's deadlines due at ``now`` and answer what they decide."""
@@ -154,8 +167,10 @@ class GroupCoordinator:
     async def _store_if_emptied(self, group: GroupMetadata, was: GroupState) -> None:
         """Kafka stores a group whose rebalance left it without members (its generation went up)."""
         if group.state == GroupState.EMPTY and was != GroupState.EMPTY:
-            with contextlib.suppress(CompactLogError):  # the stored generation only lags; members start over
+            try:
                 await self._run(self.manager.store_group, snapshot(group))
+            except CompactLogError:  # logged: the stored generation lags, and nobody waits on it
+                log.exception("group %s: storing its empty state failed", group.group_id)
 
     # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------------------------
 
@@ -193,8 +208,9 @@ class GroupCoordinator:
             try:
                 await self._run(self.manager.store_group, snapshot(group))
                 error = NONE
-            except CompactLogError:
-                error = COORDINATOR_NOT_AVAILABLE  # Kafka's answer to a failed group write: find and retry
+            except CompactLogError:  # Kafka's answer to a failed group write: find the coordinator and retry
+                log.exception("group %s: storing generation %d failed", group_id, generation)
+                error = COORDINATOR_NOT_AVAILABLE
             self._deliver(group_id, group.assignment_stored(generation, error, self._clock()))
         result: SyncResult = await future
         return result
@@ -238,9 +254,6 @@ class GroupCoordinator:
         if offsets:
             await self._run(self.manager.store_offsets, group_id, offsets)
         return NONE
-
-    def committed(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        return self.manager.committed(group_id) if group_id in self.groups else {}
 
     async def delete_offsets(self, group_id: str,
                              partitions: list[TopicPartition]) -> tuple[int, dict[TopicPartition, int]]:
@@ -287,3 +300,6 @@ def snapshot(group: GroupMetadata) -> GroupSnapshot:
     return GroupSnapshot(group.group_id, group.protocol_type or "", group.generation, group.protocol, group.leader,
                          group.current_state_timestamp, members)
 
+
+def _without_offsets(manager: GroupMetadataManager, group_ids: list[str]) -> list[str]:
+    return [group_id for group_id in group_ids if not manager.committed(group_id)]

@@ -29,7 +29,7 @@ made for it (``<client_id>-<uuid>``), which it must rejoin with within its sessi
 (``group.instance.id``) whose member id is not the one registered for its instance id is
 FENCED_INSTANCE_ID; a static member rejoining with no member id takes over the instance's place (the old
 id's held responses are answered FENCED_INSTANCE_ID) without a rebalance when the group is Stable and its
-protocols did not change.
+protocols did not change (a rejoining leader is told to skip the assignment, JoinGroup v9: the stored one stays).
 
 Session timeouts: a member's heartbeat deadline is renewed by every JoinGroup, SyncGroup and Heartbeat; a
 member whose JoinGroup or SyncGroup response is being held is kept alive (it cannot heartbeat meanwhile);
@@ -38,6 +38,7 @@ one that misses its deadline is removed as if it had left.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -218,7 +219,8 @@ class GroupMetadata:
             # the member keeps its assignment: it syncs with this generation and gets it back
             old.heartbeat_deadline = now + params.session_timeout_ms
             old.client_id, old.client_host = params.client_id, params.client_host
-            return [*replies, self._join_result(old)]
+            result = dataclasses.replace(self._join_result(old), skip_assignment=new_member_id == self.leader)
+            return [*replies, result]
         return replies + self._update_member_and_rebalance(old, params, now)
 
     def _rebalance_or_complete(self, now: int) -> list[Reply]:

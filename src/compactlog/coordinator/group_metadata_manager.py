@@ -13,10 +13,11 @@ told is committed survives a kill -9 at any later point, and :meth:`GroupMetadat
 cache from the topic alone (:class:`.committed_offsets.CommittedOffsets`, which also states the rules).
 
 Transactional offsets (TxnOffsetCommit) are appended as transactional records of the producer (its id and
-epoch, sequences continuing the producer's in that partition) and stay pending until the transaction
-coordinator has written the COMMIT or ABORT marker and calls :meth:`GroupMetadataManager.complete_txn`; a
-restart finds the markers in the log. The blocking methods run on the broker's storage threads; one lock
-serialises them.
+epoch, sequences continuing the producer's in that partition) and stay pending until a COMMIT or ABORT
+marker of that producer follows them in the log: :meth:`GroupMetadataManager.complete_txn` (called once the
+markers are written) and offset expiry read the markers there, as a restart does, so a transaction that
+ended by any path is settled as the log says. The blocking methods run on the broker's storage threads;
+one lock serialises them.
 """
 
 from __future__ import annotations
@@ -224,6 +225,8 @@ class GroupMetadataManager:
         retention_ms = self.config.offsets_retention_minutes * _MINUTE_MS
         expired = 0
         with self._lock:
+            for producer_id in list(self._state.pending):  # a transaction ended unseen no longer holds offsets
+                self._settle(producer_id)
             for group_id in sorted(self._state.offsets):
                 partitions = expired_offsets(self._state.committed(group_id), self._state.snapshots.get(group_id),
                                              is_empty(group_id), self._state.pending_partitions(group_id),
@@ -241,10 +244,25 @@ class GroupMetadataManager:
         self._write(group_id, self._offset_records(group_id, offsets), (producer_id, producer_epoch))
 
     def complete_txn(self, producer_id: int, commit: bool) -> None:
-        """After EndTxn wrote the producer's markers: a commit makes its pending offsets committed, an abort
-        drops them."""
+        """After the producer's markers were written (EndTxn, an abort by InitProducerId or a timeout): its
+        pending offsets before a COMMIT marker become committed, those before an ABORT marker are dropped.
+        The markers are read from the log, as a restart reads them, so a transaction ended by another path
+        (or another process) is settled right too; ``commit`` (what the caller wrote) is not needed for that.
+        Offsets with no marker after them stay pending."""
         with self._lock:
-            self._state.complete(producer_id, commit)
+            self._settle(producer_id)
+
+    def _settle(self, producer_id: int) -> None:
+        """Apply the producer's markers that follow its pending records (in their partitions). Under the lock."""
+        for partition, first in sorted(self._state.pending_since(producer_id).items()):
+            log = self.store.log(OFFSETS_TOPIC, partition)
+            for table in log.read_tables(first, None, columns=["offset", "producer_id", "control_type"],
+                                         include_control=True):
+                columns = {name: table.column(name).to_pylist() for name in table.column_names}
+                for offset, pid, control in zip(columns["offset"], columns["producer_id"], columns["control_type"],
+                                                strict=True):
+                    if pid == producer_id and control in (CONTROL_COMMIT, CONTROL_ABORT):
+                        self._state.complete(producer_id, control == CONTROL_COMMIT, partition, offset)
 
     def pending_txn_offsets(self, group_id: str) -> set[TopicPartition]:
         """The group's partitions with transactional offsets awaiting their transaction's end."""

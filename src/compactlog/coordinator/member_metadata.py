@@ -38,6 +38,7 @@ class JoinResult:
     protocol: str | None = None
     leader: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False  # v9+: a static leader rejoining a Stable group keeps the assignment
 
 
 @dataclass(frozen=True)
