@@ -22,8 +22,8 @@ Rules, as Kafka's on one broker:
 * AddOffsetsToTxn adds the group's ``__consumer_offsets`` partition to the transaction; TxnOffsetCommit
   appends the offsets there as records of the transaction (:meth:`GroupMetadataManager.store_txn_offsets`),
   committed or dropped with it: the transaction coordinator calls the manager's ``complete_txn`` once it has
-  written the markers (:func:`attach`), and a transaction's beginning drops what an earlier transaction of
-  the producer left pending (ended by another process's coordinator: a cleaner pass's expiry);
+  written the markers (:func:`attach`); offsets of a transaction ended by another process's coordinator (a
+  cleaner pass's expiry) are settled by the manager from the markers it finds in the log;
 * TxnOffsetCommit checks the group as Kafka's ``doTxnCommitOffsets``: a member id, when given, must be a
   member (UNKNOWN_MEMBER_ID), a generation, when given, the group's (ILLEGAL_GENERATION); a consumer that
   assigns its partitions itself sends neither. A group not known yet is created empty, as Kafka does;
@@ -114,10 +114,8 @@ async def handle_add_partitions_to_txn(context: BrokerContext, request: Any, ver
 async def _add_to_transaction(context: BrokerContext, transactional_id: str, producer_id: int, epoch: int,
                               partitions: list[tuple[str, int]], version: int) -> int:
     try:
-        begins = await context.run(context.store.transactions.add_to_transaction, transactional_id, producer_id,
-                                   epoch, partitions)
-        if begins:  # nothing of this producer's can still be pending: what is was ended elsewhere
-            await context.run(context.groups.manager.complete_txn, producer_id, False)
+        await context.run(context.store.transactions.add_to_transaction, transactional_id, producer_id, epoch,
+                          partitions)
     except CompactLogError as e:
         return txn_error_code(e, version, 2)
     return NONE
