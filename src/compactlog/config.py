@@ -38,10 +38,10 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
 _MIN_SHARE = 1024  # dedupe buffer bytes per cleaner thread: Kafka: >= 1 MiB; 1 KiB lets tests force multi-pass
-SERVER_KEYS = frozenset(("listeners", "advertised.listeners", "auto.create.topics.enable", "socket.request.max.bytes",
-    "node.id", "broker.id", "num.partitions", "group.min.session.timeout.ms", "group.max.session.timeout.ms",
-    "group.initial.rebalance.delay.ms", "group.max.size", "offsets.retention.check.interval.ms",  # server_config's
-    "offsets.topic.num.partitions", "offsets.topic.segment.bytes", "offsets.retention.minutes"))
+SERVER_KEYS = frozenset("""listeners advertised.listeners auto.create.topics.enable socket.request.max.bytes node.id
+    broker.id num.partitions group.min.session.timeout.ms group.max.session.timeout.ms offsets.retention.minutes
+    group.initial.rebalance.delay.ms offsets.retention.check.interval.ms offsets.topic.num.partitions group.max.size
+    offsets.topic.segment.bytes transaction.abort.timed.out.transaction.cleanup.interval.ms""".split())  # noqa: SIM905
 
 
 class Synonym(NamedTuple):

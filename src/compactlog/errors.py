@@ -155,3 +155,13 @@ class UnknownGroupError(CompactLogError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ConcurrentTransactionsError(CompactLogError):
+    """A transactional request while the id's previous transaction is still being completed (Kafka's
+    ConcurrentTransactionsException: retriable, the client backs off and retries)."""
+
+
+class InvalidProducerIdMappingError(CompactLogError):
+    """A transactional request whose producer id is not the one its transactional id holds (Kafka's
+    InvalidPidMappingException)."""

@@ -33,6 +33,7 @@ from .cleaner.plan import PartitionState, SegmentStats, retention_deletable, sel
 from .errors import CompactLogError
 from .partition_view import planner_state, read_only_log
 from .retention import retention_roll_due
+from .transaction_transitions import ONGOING
 from .transactions import transaction_expired
 
 if TYPE_CHECKING:
@@ -172,6 +173,9 @@ def plan_transaction_expiry(store: Store) -> list[str]:
     for meta in store.transactions.states():
         if meta.txn_start_ms is None or not transaction_expired(now, meta.txn_start_ms, meta.timeout_ms):
             continue  # (an id without a start time gets one from the pass, which then counts from there)
+        if meta.state == ONGOING:  # a wire transaction: aborted even before any of its rows arrived
+            expired.append(meta.transactional_id)
+            continue
         for topic, partition in meta.partitions:
             try:
                 with read_only_log(store, topic, partition) as log:

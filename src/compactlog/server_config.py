@@ -60,6 +60,8 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               "created, kept small for faster compaction and loading.", low=1, high=INT_MAX),
     ConfigDef("offsets.retention.minutes", "int", 10_080, "Committed offsets of a group without members expire "
               "this long after their commit or the group becoming empty, whichever is later (tombstones).", low=1),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often the "
+              "broker aborts the transactions open longer than their transaction.timeout.ms.", low=1),
 )
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
 if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
@@ -116,6 +118,7 @@ class ServerConfig:
     offsets_topic_num_partitions: int
     offsets_topic_segment_bytes: int
     offsets_retention_minutes: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
 
 
 def server_config(values: Mapping[str, object]) -> ServerConfig:
@@ -139,6 +142,8 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         offsets_topic_num_partitions=parsed["offsets.topic.num.partitions"],
         offsets_topic_segment_bytes=parsed["offsets.topic.segment.bytes"],
         offsets_retention_minutes=parsed["offsets.retention.minutes"],
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=parsed[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
     )
 
 

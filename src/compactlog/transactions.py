@@ -6,11 +6,23 @@ Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flo
   (a file of the number alone, written before the checksum, is still read);
 * ``<transactional id>.json`` (the id escaped into a safe file name; a long id hashed, :func:`_file_name`):
   ``{"transactional_id", "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition
-  the id ever wrote to), "state": "Ready" | "PrepareCommit", "prepared": [[topic, partition], ...], "timeout_ms",
-  "txn_start_ms": when the coordinator saw the id's latest transaction begin (the store's clock), or null}``,
-  written to a temporary file, fsynced and renamed.
+  the id ever wrote to), "state": "Ready" | "Ongoing" | "PrepareCommit" | "CompleteCommit" | "CompleteAbort"
+  (:mod:`compactlog.transaction_transitions`), "prepared": [[topic, partition], ...], "timeout_ms",
+  "txn_start_ms": when the coordinator saw the id's latest transaction begin (the store's clock), or null,
+  "ongoing": the partitions of a wire producer's ongoing transaction, "last_epoch": the epoch before the
+  last InitProducerId bump, or -1}``, written to a temporary file, fsynced and renamed.
 
-Whether a transaction is open is not kept here: the partitions' producer state knows it (a producer's
+The wire's transactions (:mod:`compactlog.broker.txn_apis`) keep their state here too rather than in a
+``__transaction_state`` topic as Kafka does: the store's Python producers, in other processes, register
+the same transactional ids with this coordinator under its ``flock``, and a second copy of the state in a
+topic could disagree with this one; these files are the one record both share. What a crash of the
+machine must not lose (a partition new to the id, a PrepareCommit) is fsynced before it is answered, the
+rest survives a crash of the process (:meth:`TransactionCoordinator.add_to_transaction`). Kafka's
+transactions add partitions explicitly (AddPartitionsToTxn) and end with EndTxn, so a wire transaction's
+partitions are kept (``ongoing``, state ``Ongoing``), while a Python producer's are known to it and to the
+partitions' producer state.
+
+Whether a transaction has rows open is not kept here: the partitions' producer state knows it (a producer's
 transactional rows since its last marker, :mod:`compactlog.producer_state`), and that state is as
 durable as the rows themselves. When it began is kept here, as Kafka's coordinator keeps
 ``txnStartTimestamp``: a transaction costs one coordinator write when it begins (its first records, Kafka's
@@ -34,8 +46,9 @@ Rules (Kafka's transaction coordinator, on one machine):
   refuses it with :class:`InvalidTransactionTimeoutError` (Kafka's InitProducerId does);
 * a transaction open for longer than its ``transaction.timeout.ms``, counted on the store's clock from when
   the coordinator saw it begin (never from a record's CreateTime, which the producer chooses), is aborted
-  by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass and
-  ``store.abort_expired_transactions()`` call it), with the epoch bumped so the stalled producer is fenced.
+  by :meth:`TransactionCoordinator.abort_expired` (every cleaner pass, the broker's expiry thread and
+  ``store.abort_expired_transactions()`` call it), with the epoch bumped so the stalled producer is fenced;
+  so is a wire transaction ``Ongoing`` past its timeout before any of its rows arrived.
 """
 
 from __future__ import annotations
@@ -58,6 +71,18 @@ from .errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
+from .transaction_transitions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    ONGOING,
+    PREPARE_COMMIT,
+    READY,
+    begins_transaction,
+    check_in_transaction,
+    check_producer,
+    end_transaction_needed,
+    init_producer_action,
+)
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -76,28 +101,33 @@ class TransactionMetadata:
     producer_id: int
     epoch: int
     partitions: list[TopicPartition] = field(default_factory=list)
-    state: str = "Ready"
+    state: str = READY
     prepared: list[TopicPartition] = field(default_factory=list)
     timeout_ms: int = 60_000
     txn_start_ms: int | None = None  # the store's clock when the id's latest transaction began
+    ongoing: list[TopicPartition] = field(default_factory=list)  # a wire transaction's partitions
+    last_epoch: int = -1  # the epoch before the last InitProducerId bump: a retry of it gets the current one
 
     def to_json(self) -> dict[str, Any]:
         return {"transactional_id": self.transactional_id, "producer_id": self.producer_id, "epoch": self.epoch,
                 "partitions": [list(p) for p in self.partitions], "state": self.state,
                 "prepared": [list(p) for p in self.prepared], "timeout_ms": self.timeout_ms,
-                "txn_start_ms": self.txn_start_ms}
+                "txn_start_ms": self.txn_start_ms, "ongoing": [list(p) for p in self.ongoing],
+                "last_epoch": self.last_epoch}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TransactionMetadata:
         # Files written before txn_start_ms existed have none: abort_expired then starts the count.
         return cls(raw["transactional_id"], raw["producer_id"], raw["epoch"],
                    [(t, p) for t, p in raw["partitions"]], raw["state"], [(t, p) for t, p in raw["prepared"]],
-                   raw["timeout_ms"], raw.get("txn_start_ms"))
+                   raw["timeout_ms"], raw.get("txn_start_ms"), [(t, p) for t, p in raw.get("ongoing", [])],
+                   raw.get("last_epoch", -1))
 
 
 def check_transaction_timeout(transactional_id: str, timeout_ms: int, max_timeout_ms: int) -> None:
-    """Kafka's InitProducerId rule: a transactional producer's timeout is at most the broker's maximum."""
-    if timeout_ms > max_timeout_ms:
+    """Kafka's InitProducerId rule: a transactional producer's timeout is positive and at most the broker's
+    maximum."""
+    if not 1 <= timeout_ms <= max_timeout_ms:
         raise InvalidTransactionTimeoutError(
             f"transactional id {transactional_id!r}: transaction.timeout.ms={timeout_ms} is larger than the "
             f"broker's transaction.max.timeout.ms={max_timeout_ms}; allowed: [1, {max_timeout_ms}]")
@@ -167,6 +197,9 @@ class TransactionCoordinator:
         self.store = store
         self.directory = os.path.join(store.data_dir, TXN_DIR)
         self.unreadable: dict[str, str] = {}  # the state files the last scan could not read, with why
+        # Called (producer id, commit) once a transaction's markers are written by this coordinator object:
+        # the broker's group metadata manager completes the transaction's offsets (TxnOffsetCommit).
+        self.completion_listeners: list[Callable[[int, bool], None]] = []
         os.makedirs(self.directory, exist_ok=True)
         with self._locked():  # every write holds the lock: a .tmp seen under it is a killed write's
             for name in os.listdir(self.directory):
@@ -230,8 +263,10 @@ class TransactionCoordinator:
 
     # -- producer ids ------------------------------------------------------------------------------------
 
-    def init_producer(self, transactional_id: str | None, timeout_ms: int) -> tuple[int, int]:
-        """A producer id and epoch; for a transactional id, the next epoch (fencing older instances)."""
+    def init_producer(self, transactional_id: str | None, timeout_ms: int,
+                      expected: tuple[int, int] | None = None) -> tuple[int, int]:
+        """A producer id and epoch; for a transactional id, the next epoch (fencing older instances).
+        ``expected``: the producer id and epoch the caller holds (InitProducerId v3+ after an error)."""
         with self._locked():
             if transactional_id is None:
                 return self._next_producer_id(), 0
@@ -240,10 +275,15 @@ class TransactionCoordinator:
             if meta is None:
                 meta = TransactionMetadata(transactional_id, self._next_producer_id(), 0, timeout_ms=timeout_ms)
             else:
+                if init_producer_action(meta, expected) == "retry":
+                    return meta.producer_id, meta.epoch
                 self._finish_prepared(meta)
                 self._write_markers(meta, self._open_partitions(meta), commit=False, epoch=meta.epoch)
+                meta.last_epoch = meta.epoch
                 self._bump_epoch(meta)
                 meta.timeout_ms = timeout_ms
+                if meta.state == ONGOING:  # its partitions were just aborted (Kafka: fenced, then aborted)
+                    meta.state, meta.ongoing = COMPLETE_ABORT, []
             self._save(meta)
             return meta.producer_id, meta.epoch
 
@@ -296,12 +336,60 @@ class TransactionCoordinator:
                 return
             if commit and len(partitions) > 1:
                 # Decided before any marker is written: a crash between markers is completed, not aborted.
-                meta.state, meta.prepared = "PrepareCommit", list(partitions)
+                meta.state, meta.prepared = PREPARE_COMMIT, list(partitions)
                 self._save(meta)
             self._write_markers(meta, partitions, commit=commit, epoch=epoch)
-            if meta.state == "PrepareCommit":
-                meta.state, meta.prepared = "Ready", []
+            if meta.state == PREPARE_COMMIT:
+                meta.state, meta.prepared = READY, []
                 self._save(meta)
+
+    # -- transactions over the wire (Kafka's AddPartitionsToTxn, EndTxn; rules in transaction_transitions) --
+
+    def add_to_transaction(self, transactional_id: str, producer_id: int, epoch: int,
+                           partitions: list[TopicPartition]) -> bool:
+        """Add partitions to the producer's ongoing transaction, beginning one (its timeout counted from
+        now, on the store's clock) if none is. Returns whether it began one.
+
+        Fsynced when a partition is new to the id, as :meth:`add_partitions`: an open transaction is then
+        always found in a partition the id is known to have written to, whatever a machine crash loses, so
+        an expiry aborts it. The rest (the ``Ongoing`` state, a start time) survives a process crash (the
+        page cache does); after a machine crash the producer's EndTxn is INVALID_TXN_STATE and its rows
+        are aborted by the expiry, counted from the next look."""
+        with self._locked():
+            meta = check_producer(self._load(transactional_id), transactional_id, producer_id, epoch)
+            begins = begins_transaction(meta)
+            new = [tp for tp in partitions if tp not in meta.ongoing]
+            if not begins and not new:
+                return False  # Kafka's shortcut: every partition is already in the transaction
+            if begins:
+                meta.state, meta.ongoing, meta.txn_start_ms = ONGOING, [], self.store.clock()
+            meta.ongoing.extend(new)
+            unknown = [tp for tp in new if tp not in meta.partitions]
+            meta.partitions.extend(unknown)
+            self._save(meta, sync=bool(unknown))
+            return begins
+
+    def end_ongoing_transaction(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """EndTxn: write the markers of the producer's ongoing transaction into each of its partitions
+        (a commit across several is PrepareCommit first, as :meth:`end_transaction`)."""
+        with self._locked():
+            meta = check_producer(self._load(transactional_id), transactional_id, producer_id, epoch)
+            if not end_transaction_needed(meta, commit):
+                return
+            if commit and len(meta.ongoing) > 1:
+                meta.state, meta.prepared = PREPARE_COMMIT, list(meta.ongoing)
+                self._save(meta)
+            self._write_markers(meta, meta.ongoing, commit=commit, epoch=epoch)
+            meta.state, meta.prepared, meta.ongoing = COMPLETE_COMMIT if commit else COMPLETE_ABORT, [], []
+            # Not fsynced: the markers are; a state lost with the machine leaves Ongoing, whose EndTxn or
+            # InitProducerId finds no open transaction left to mark.
+            self._save(meta, sync=False)
+
+    def check_in_transaction(self, transactional_id: str, producer_id: int, epoch: int,
+                             partition: TopicPartition) -> None:
+        """Raise unless ``partition`` is in the producer's ongoing transaction (Produce, TxnOffsetCommit).
+        Reads without the lock: a state file is replaced whole (renamed), never seen half written."""
+        check_in_transaction(self._load(transactional_id), transactional_id, producer_id, epoch, partition)
 
     def _open_partitions(self, meta: TransactionMetadata) -> list[TopicPartition]:
         """The id's partitions where its producer has an open transaction."""
@@ -315,12 +403,13 @@ class TransactionCoordinator:
         return found
 
     def _finish_prepared(self, meta: TransactionMetadata) -> None:
-        if meta.state == "PrepareCommit":
+        if meta.state == PREPARE_COMMIT:
             self._write_markers(meta, meta.prepared, commit=True, epoch=meta.epoch)
-            meta.state, meta.prepared = "Ready", []
+            meta.state, meta.prepared, meta.ongoing = COMPLETE_COMMIT, [], []
 
     def _write_markers(self, meta: TransactionMetadata, partitions: list[TopicPartition], commit: bool,
                        epoch: int) -> None:
+        written = False
         for topic, partition in partitions:
             try:
                 log = self.store.log(topic, partition)
@@ -329,6 +418,10 @@ class TransactionCoordinator:
             if log.open_transaction(meta.producer_id) is None:
                 continue  # already ended there (a completed commit being finished again)
             self.store.write_marker(topic, partition, meta.producer_id, epoch, commit)
+            written = True
+        if written:
+            for listener in self.completion_listeners:
+                listener(meta.producer_id, commit)
 
     def abort_expired(self) -> list[str]:
         """Abort every transaction open longer than its timeout, fencing its producer. Returns their ids."""
@@ -336,11 +429,11 @@ class TransactionCoordinator:
         aborted = []
         with self._locked():
             for meta in self._all():
-                if meta.state == "PrepareCommit":  # a commit cut short by a crash: finish it
+                if meta.state == PREPARE_COMMIT:  # a commit cut short by a crash: finish it
                     self._finish_prepared(meta)
                     self._save(meta)
                 open_partitions = self._open_partitions(meta)
-                if not open_partitions:
+                if not open_partitions and meta.state != ONGOING:  # a wire transaction may have no rows yet
                     continue
                 if meta.txn_start_ms is None:  # begun before the coordinator kept start times: count from now
                     meta.txn_start_ms = now
@@ -350,6 +443,8 @@ class TransactionCoordinator:
                     marker_epoch = meta.epoch + 1 if meta.epoch < EPOCH_MAX else meta.epoch
                     self._write_markers(meta, open_partitions, commit=False, epoch=marker_epoch)
                     self._bump_epoch(meta)
+                    if meta.state == ONGOING:
+                        meta.state, meta.ongoing = COMPLETE_ABORT, []
                     self._save(meta)
                     aborted.append(meta.transactional_id)
         return aborted

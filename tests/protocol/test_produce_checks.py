@@ -18,9 +18,9 @@ from test_wire import TIMEOUT_S, Connection, batch, fetch, fetched_offsets, prod
 import compactlog
 from bombs import MIB, gzip_bomb, lz4_bomb, snappy_bomb, zstd_bomb
 from compactlog.broker.error_codes import (
+    INVALID_PRODUCER_ID_MAPPING,
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
-    INVALID_TXN_STATE,
     MESSAGE_TOO_LARGE,
     NONE,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -129,8 +129,8 @@ def test_what_kafkas_log_validator_refuses_is_refused_with_its_code(served: tupl
         assert (answer.error_code, answer.base_offset) == (code, -1), (name, answer)
     answer = produce_with(conn, transactional_batch())  # no transactional id in the request: not authorised
     assert answer.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    answer = produce_with(conn, transactional_batch(), transactional_id="tx")  # the partition is in no transaction
-    assert answer.error_code == INVALID_TXN_STATE
+    answer = produce_with(conn, transactional_batch(), transactional_id="tx")  # an id no producer registered
+    assert answer.error_code == INVALID_PRODUCER_ID_MAPPING
     for acks in (2, -2, 5):
         assert produce_with(conn, batch([(b"k", b"v")]), acks=acks).error_code == INVALID_REQUIRED_ACKS
     assert produce_with(conn, batch([(b"k", b"v")])).base_offset == 0  # nothing above was appended

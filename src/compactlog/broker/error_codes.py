@@ -37,8 +37,11 @@ INVALID_REQUEST = 42
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
 INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+OPERATION_NOT_ATTEMPTED = 55
 KAFKA_STORAGE_ERROR = 56
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
@@ -49,6 +52,7 @@ FENCED_INSTANCE_ID = 82
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 INVALID_RECORD = 87
 UNSTABLE_OFFSET_COMMIT = 88
+PRODUCER_FENCED = 90
 
 # Most specific first: the first class in an error's MRO found here gives its code.
 _CODES: dict[type[errors.CompactLogError], int] = {
@@ -61,6 +65,8 @@ _CODES: dict[type[errors.CompactLogError], int] = {
     errors.OutOfOrderSequenceError: OUT_OF_ORDER_SEQUENCE_NUMBER,
     errors.ProducerFencedError: INVALID_PRODUCER_EPOCH,  # what Produce answers an older epoch
     errors.InvalidTxnStateError: INVALID_TXN_STATE,
+    errors.InvalidProducerIdMappingError: INVALID_PRODUCER_ID_MAPPING,
+    errors.ConcurrentTransactionsError: CONCURRENT_TRANSACTIONS,
     errors.InvalidTransactionTimeoutError: INVALID_TRANSACTION_TIMEOUT,
     errors.TopicExistsError: TOPIC_ALREADY_EXISTS,
     errors.InvalidTopicError: INVALID_TOPIC_EXCEPTION,

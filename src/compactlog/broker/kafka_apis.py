@@ -77,10 +77,20 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 
 from ..errors import MalformedRequestError
 from ..network.socket_server import PendingResponse
-from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin
+from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
 from .messages import build, null_field
@@ -117,9 +127,10 @@ def _api_keys() -> list[dict[str, int]]:
 
 # The versions are those every listed field is handled at. Caps below kafka-python's maxima: Metadata 9 and
 # Fetch 12 and Produce 9 and DeleteTopics 5 (later versions name topics by topic id), ListOffsets 7,
-# CreateTopics 6, InitProducerId 4 (later ones are for transactions, issue 19), FindCoordinator 4 (5 and 6
-# add share groups' errors), OffsetCommit 9 and OffsetFetch 9 (10 name topics by topic id). OffsetCommit starts
-# at 2, Kafka 4's minimum (0 and 1 kept offsets in ZooKeeper or carried per-offset timestamps).
+# CreateTopics 6, InitProducerId 4, FindCoordinator 4 (5 and 6 add share groups' errors), OffsetCommit 9 and
+# OffsetFetch 9 (10 name topics by topic id). OffsetCommit starts at 2, Kafka 4's minimum (0 and 1 kept offsets
+# in ZooKeeper or carried per-offset timestamps). AddPartitionsToTxn 3 (4+ is broker to broker), AddOffsetsToTxn,
+# EndTxn and TxnOffsetCommit 3 (4 adds TRANSACTION_ABORTABLE, 5 Kafka's transactions v2).
 APIS: dict[int, Api] = {api.key: api for api in (
     Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
     Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
@@ -137,7 +148,11 @@ APIS: dict[int, Api] = {api.key: api for api in (
     Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
     Api(19, CreateTopicsRequest, CreateTopicsResponse, 2, 6, topic_admin.handle_create_topics),
     Api(20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 5, topic_admin.handle_delete_topics),
-    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, produce.handle_init_producer_id),
+    Api(22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, txn_apis.handle_init_producer_id),
+    Api(24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, txn_apis.handle_add_partitions_to_txn),
+    Api(25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3, txn_apis.handle_add_offsets_to_txn),
+    Api(26, EndTxnRequest, EndTxnResponse, 0, 3, txn_apis.handle_end_txn),
+    Api(28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3, txn_apis.handle_txn_offset_commit),
     Api(32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, topic_admin.handle_describe_configs),
     Api(33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, topic_admin.handle_alter_configs),
     Api(44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1,

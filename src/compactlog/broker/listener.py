@@ -1,5 +1,6 @@
 """The Kafka-protocol listener of a data directory as a component of ``compactlog serve``: the store, the
-request dispatch and the socket server, started and stopped together."""
+request dispatch, the socket server and the transaction expiry (:mod:`.transaction_expiry`), started and
+stopped together."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pyarrow as pa
 from ..network.socket_server import SocketServer
 from ..server_config import load_server_config
 from ..store import open_store
+from . import txn_apis
 from .context import BrokerContext
 from .kafka_apis import KafkaApis
+from .transaction_expiry import TransactionExpiry
 
 __all__ = ["KafkaListener"]
 
@@ -29,6 +32,8 @@ class KafkaListener:
         config = self.context.config
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(self.context).handle,
                                    on_bound=self.context.set_bound)
+        txn_apis.attach(self.context)
+        self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
 
     def start(self) -> None:
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the
@@ -38,8 +43,10 @@ class KafkaListener:
         self.server.start()
         assert self.server.loop is not None
         asyncio.run_coroutine_threadsafe(self.context.groups.start(), self.server.loop).result()
+        self.expiry.start()
 
     def shutdown(self) -> None:
+        self.expiry.shutdown()
         if self.server.loop is not None:
             asyncio.run_coroutine_threadsafe(self.context.groups.stop(), self.server.loop).result()
         self.server.shutdown()

@@ -8,9 +8,8 @@ Rules (Kafka 3.x for Produce v3+, the versions this broker speaks):
   magic 2 (v0/v1 message sets are INVALID_RECORD, as ``ProduceRequest.validateRecords`` answers);
 * per request (:func:`has_transactional_records`): transactional batches in a request without a
   transactional id are TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition (``KafkaApis``: no id, not
-  authorised); with one, INVALID_TXN_STATE, as Kafka's transaction verification (KIP-890) answers a partition
-  that is not part of the producer's transaction: this broker has no AddPartitionsToTxn yet (issue 19), so
-  no partition ever is;
+  authorised); with one, each partition's batch is checked against its producer's ongoing transaction by the
+  transaction coordinator, in :mod:`.produce`;
 * per batch, once decoded (:func:`check_batches`): exactly one batch (v2 batches are sent one per
   partition); no larger than ``max.message.bytes`` (MESSAGE_TOO_LARGE); ``recordsCount`` > 0 and equal to
   ``lastOffsetDelta + 1``; an idempotent batch (producer id >= 0) has a sequence >= 0; no control batch; no
@@ -23,7 +22,7 @@ assigns every record its offset anyway, in the batch's order.
 
 from __future__ import annotations
 
-from ..errors import InvalidRecordError, InvalidTxnStateError, RecordTooLargeError
+from ..errors import InvalidRecordError, RecordTooLargeError
 from ..protocol.record_batch import MAGIC, TRANSACTIONAL_BIT, ProducedBatch
 
 __all__ = ["check_batches", "check_records", "has_transactional_records"]
@@ -65,8 +64,5 @@ def check_batches(batches: list[ProducedBatch], *, compacted: bool, max_message_
         if batch.producer_id >= 0 and batch.base_sequence < 0:
             raise InvalidRecordError(f"{where}: sequence {batch.base_sequence} in a batch of producer id "
                                      f"{batch.producer_id}")
-        if batch.is_transactional:
-            raise InvalidTxnStateError(f"{where}: a transactional batch, but the partition is not part of a "
-                                       "transaction (this broker does not take AddPartitionsToTxn yet)")
         if compacted and batch.records.column("key").null_count:
             raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")

@@ -1,4 +1,4 @@
-"""Produce and InitProducerId: record batches from the wire appended to the partitions' logs.
+"""Produce: record batches from the wire appended to the partitions' logs.
 
 Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
 
@@ -8,7 +8,12 @@ Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
 * a partition's records are decoded and checked (CRC, v2 format; Kafka's LogValidator in
   :mod:`.log_validator`) before any is appended: a bad batch is CORRUPT_MESSAGE, a batch larger than
   ``max.message.bytes`` (or whose records decompress past 32 times that) MESSAGE_TOO_LARGE, and the
-  partition's batches are all refused; transactional batches are refused (:mod:`.log_validator`);
+  partition's batches are all refused;
+* transactional batches come in a request with a transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for every partition) and only to a partition of the ongoing transaction of their producer id and epoch
+  (:meth:`compactlog.transactions.TransactionCoordinator.check_in_transaction`: INVALID_TXN_STATE,
+  INVALID_PRODUCER_ID_MAPPING, or INVALID_PRODUCER_EPOCH for a fenced one); they are appended as the
+  transaction's rows, which read_committed readers see once its COMMIT marker is written;
 * each batch is one append; an idempotent batch (producer id >= 0) carries its producer id, epoch and
   base sequence to the store, which answers a retried batch with its original offsets (Kafka answers a
   duplicate with NONE and the first offset it stored), a sequence gap with OUT_OF_ORDER_SEQUENCE_NUMBER and
@@ -17,10 +22,6 @@ Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
   client is INVALID_RECORD (only the broker writes markers);
 * the base offset answered is the first batch's first offset, ``log_append_time_ms`` the append time for
   LogAppendTime topics and -1 otherwise.
-
-InitProducerId without a transactional id hands out a new producer id (epoch 0) from the store's
-producer-id allocation; a request that names its current producer id and epoch (v3+, after an error) gets
-the same id with the epoch bumped. Transactional ids are issue 19's: answered INVALID_REQUEST for now.
 """
 
 from __future__ import annotations
@@ -29,18 +30,16 @@ import asyncio
 from typing import Any
 
 from ..errors import CompactLogError
-from ..limits import INT_MAX
 from ..log import Log
 from ..protocol.record_batch import decode_batches
 from ..store import Store
 from .context import BrokerContext, open_log
-from .error_codes import INVALID_REQUEST, INVALID_REQUIRED_ACKS, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_code
+from .error_codes import INVALID_REQUIRED_ACKS, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_code
 from .log_validator import check_batches, check_records, has_transactional_records
 
-__all__ = ["handle_init_producer_id", "handle_produce"]
+__all__ = ["handle_produce"]
 
 NO_TIMESTAMP = -1
-MAX_EPOCH = 32767
 
 
 async def handle_produce(context: BrokerContext, request: Any, version: int,
@@ -57,7 +56,7 @@ async def handle_produce(context: BrokerContext, request: Any, version: int,
         results = [_partition_result(partition, INVALID_REQUIRED_ACKS, -1, NO_TIMESTAMP, -1, None)
                    for _, partition, _ in work]
         return _response(work, results)
-    results, logs = await context.run(_append_all, context.store, work)
+    results, logs = await context.run(_append_all, context.store, work, request.transactional_id)
     durable = asyncio.ensure_future(_when_durable(context, work, results, logs))
     if acks == 0:
         await durable
@@ -91,14 +90,16 @@ def _partition_result(partition: int, code: int, base_offset: int, append_time: 
             "log_start_offset": log_start, "record_errors": [], "error_message": message}
 
 
-def _append_all(store: Store, work: list[tuple[str, int, bytes | None]]) -> tuple[list[dict[str, Any]], list[Log]]:
+def _append_all(store: Store, work: list[tuple[str, int, bytes | None]],
+                transactional_id: str | None) -> tuple[list[dict[str, Any]], list[Log]]:
     """Append every partition's batches, unflushed; returns the partitions' results and the logs appended to."""
     logs: list[Log] = []
-    return [_append_partition(store, topic, partition, records, logs) for topic, partition, records in work], logs
+    return [_append_partition(store, topic, partition, records, logs, transactional_id)
+            for topic, partition, records in work], logs
 
 
 def _append_partition(store: Store, topic: str, partition: int, records: bytes | None,
-                      logs: list[Log]) -> dict[str, Any]:
+                      logs: list[Log], transactional_id: str | None) -> dict[str, Any]:
     try:
         log = open_log(store, topic, partition)
         logs.append(log)
@@ -109,6 +110,9 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
         check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes, where=where)
         base_offset = -1
         for batch in batches:
+            if batch.is_transactional and transactional_id is not None:
+                store.transactions.check_in_transaction(transactional_id, batch.producer_id, batch.producer_epoch,
+                                                        (topic, partition))
             result = store.append(topic, partition, batch.records.select(["key", "value", "timestamp", "headers"]),
                                   producer_id=batch.producer_id if batch.producer_id >= 0 else None,
                                   producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
@@ -121,17 +125,3 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
     except CompactLogError as e:
         return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
 
-
-async def handle_init_producer_id(context: BrokerContext, request: Any, version: int,
-                                  listener: str) -> dict[str, Any]:
-    if request.transactional_id is not None:
-        return {"throttle_time_ms": 0, "error_code": INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
-    producer_id, epoch = request.producer_id, request.producer_epoch
-    if version >= 3 and producer_id >= 0 and 0 <= epoch < MAX_EPOCH:
-        return {"throttle_time_ms": 0, "error_code": NONE, "producer_id": producer_id, "producer_epoch": epoch + 1}
-    try:
-        producer_id, epoch = await context.run(context.store.transactions.init_producer, None,
-                                               min(request.transaction_timeout_ms, INT_MAX))
-    except CompactLogError as e:
-        return {"throttle_time_ms": 0, "error_code": error_code(e), "producer_id": -1, "producer_epoch": -1}
-    return {"throttle_time_ms": 0, "error_code": NONE, "producer_id": producer_id, "producer_epoch": epoch}

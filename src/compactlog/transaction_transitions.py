@@ -1,0 +1,108 @@
+"""How the transaction coordinator answers the wire's transactional requests: pure functions of a
+transactional id's stored state (:class:`compactlog.transactions.TransactionMetadata`), as Kafka's
+``TransactionCoordinator`` (``handleInitProducerId``, ``handleAddPartitionsToTransaction``,
+``handleEndTransaction``) and ``TransactionMetadata``'s transitions decide them.
+
+States (``TransactionMetadata.state``), in Kafka's names where Kafka has one:
+
+* ``Ready``: Kafka's ``Empty``: no wire transaction open (the store's Python producers keep their open
+  transactions in the partitions' producer state only, never as a state here);
+* ``Ongoing``: a wire transaction with partitions added (AddPartitionsToTxn, AddOffsetsToTxn), kept in
+  ``ongoing``;
+* ``PrepareCommit``: a commit across several partitions whose markers are being written; left only by a
+  crash, and completed by the next InitProducerId or expiry pass;
+* ``CompleteCommit`` / ``CompleteAbort``: the last wire transaction's outcome, so that a retried EndTxn of the
+  same outcome is answered NONE.
+
+Rules:
+
+* a request whose producer id is not the id's is INVALID_PRODUCER_ID_MAPPING; one of another epoch is fenced
+  (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH to older request versions); while a commit is being completed,
+  CONCURRENT_TRANSACTIONS (retriable);
+* InitProducerId naming a producer id and epoch (v3+, after an error) bumps the epoch only if they are the
+  current ones; the previous epoch is a retry of a bump whose answer was lost (answered the current epoch);
+  anything else is fenced;
+* EndTxn ends an ``Ongoing`` transaction; repeats a completed one's outcome as a no-op; anything else is
+  INVALID_TXN_STATE (an EndTxn without partitions added, or the other outcome of a completed one);
+* a transactional Produce or TxnOffsetCommit is accepted only for a partition of the ``Ongoing`` transaction
+  of the batch's producer id and epoch (Kafka's transaction verification, KIP-890): else INVALID_TXN_STATE.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from .errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
+
+if TYPE_CHECKING:
+    from .transactions import TopicPartition, TransactionMetadata
+
+READY = "Ready"
+ONGOING = "Ongoing"
+PREPARE_COMMIT = "PrepareCommit"
+COMPLETE_COMMIT = "CompleteCommit"
+COMPLETE_ABORT = "CompleteAbort"
+
+
+def init_producer_action(meta: TransactionMetadata, expected: tuple[int, int] | None) -> Literal["bump", "retry"]:
+    """What InitProducerId does to a registered id: bump its epoch, or answer the current one (a retry).
+    ``expected`` is the request's producer id and epoch (v3+, when the client sends them)."""
+    if expected is None:
+        return "bump"
+    producer_id, epoch = expected
+    if producer_id == meta.producer_id:
+        if epoch == meta.epoch:
+            return "bump"
+        if epoch == meta.last_epoch:
+            return "retry"
+    raise ProducerFencedError(f"transactional id {meta.transactional_id!r}: producer {producer_id} epoch {epoch} "
+                              f"was fenced (producer {meta.producer_id} epoch {meta.epoch} now owns it)")
+
+
+def check_producer(meta: TransactionMetadata | None, transactional_id: str, producer_id: int, epoch: int,
+                   ) -> TransactionMetadata:
+    """The id's state if this producer id and epoch own it and no commit is being completed; else the
+    error Kafka's coordinator answers."""
+    if meta is None or meta.producer_id != producer_id:
+        owner = "no producer" if meta is None else f"producer {meta.producer_id}"
+        raise InvalidProducerIdMappingError(f"transactional id {transactional_id!r} is held by {owner}, "
+                                            f"not producer {producer_id}")
+    if meta.epoch != epoch:
+        raise ProducerFencedError(f"transactional id {transactional_id!r}: producer {producer_id} epoch {epoch} "
+                                  f"was fenced (epoch {meta.epoch} now owns it)")
+    if meta.state == PREPARE_COMMIT:
+        raise ConcurrentTransactionsError(f"transactional id {transactional_id!r}: the previous commit is still "
+                                          "being completed; retry")
+    return meta
+
+
+def begins_transaction(meta: TransactionMetadata) -> bool:
+    """Whether adding partitions now begins a transaction (its timeout counts from here)."""
+    return meta.state != ONGOING
+
+
+def end_transaction_needed(meta: TransactionMetadata, commit: bool) -> bool:
+    """EndTxn: True to write the markers of the ongoing transaction, False for a retry of a completed one
+    with the same outcome (answered NONE); InvalidTxnStateError otherwise."""
+    if meta.state == ONGOING:
+        return True
+    if (meta.state, commit) in ((COMPLETE_COMMIT, True), (COMPLETE_ABORT, False)):
+        return False
+    raise InvalidTxnStateError(f"transactional id {meta.transactional_id!r}: EndTxn "
+                               f"({'commit' if commit else 'abort'}) in state {meta.state}, with no transaction "
+                               "ongoing")
+
+
+def check_in_transaction(meta: TransactionMetadata | None, transactional_id: str, producer_id: int, epoch: int,
+                         partition: TopicPartition) -> None:
+    """A transactional batch (Produce, TxnOffsetCommit) goes only to a partition of its producer's ongoing
+    transaction."""
+    meta = check_producer(meta, transactional_id, producer_id, epoch)
+    if meta.state != ONGOING or partition not in meta.ongoing:
+        raise InvalidTxnStateError(f"{partition[0]}-{partition[1]} is not part of the ongoing transaction of "
+                                   f"transactional id {transactional_id!r} (AddPartitionsToTxn first)")
