@@ -136,7 +136,7 @@ def main() -> None:
     import confluent_kafka
 
     banner("bench_groups: confluent-kafka groups and transactions -> compactlog broker (loopback)")
-    print(f"confluent-kafka={confluent_kafka.version()[0]} librdkafka={confluent_kafka.libversion()[0]} "
+    print(f"confluent-kafka={confluent_kafka.__version__} librdkafka={confluent_kafka.libversion()[0]} "
           f"records={args.records} keys={args.keys} partitions={PARTITIONS} value=100 B acks=all linger.ms=5")
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     with tempfile.TemporaryDirectory() as data_dir:
