@@ -1,6 +1,12 @@
 """The Kafka-protocol listener of a data directory as a component of ``compactlog serve``: the store, the
 request dispatch, the socket server and the transaction expiry (:mod:`.transaction_expiry`), started and
-stopped together."""
+stopped together.
+
+Nothing of the data directory is opened or written before :meth:`KafkaListener.start`: the server starts
+its components in order, the data-directory lock (:class:`compactlog.server.DataDirectoryLock`) first, and
+building the broker's context creates ``__consumer_offsets`` when it is missing and reads the groups back,
+which only the process holding the lock may do. The constructor only reads and checks the server configs,
+so that a bad one fails before anything starts."""
 
 from __future__ import annotations
 
@@ -10,8 +16,8 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from ..network.socket_server import SocketServer
-from ..server_config import load_server_config
-from ..store import open_store
+from ..server_config import Listener, load_server_config
+from ..store import Store, open_store
 from . import txn_apis
 from .context import BrokerContext
 from .kafka_apis import KafkaApis
@@ -21,34 +27,58 @@ __all__ = ["KafkaListener"]
 
 
 class KafkaListener:
-    """The Kafka-protocol listener of a store as a component: :meth:`start` binds and serves,
-    :meth:`shutdown` stops."""
+    """The Kafka-protocol listener of a store as a component: :meth:`start` opens the store, binds and
+    serves, :meth:`shutdown` stops."""
 
     name = "kafka listener"
 
     def __init__(self, data_dir: str, overrides: Mapping[str, object] | None = None) -> None:
-        self.store = open_store(data_dir)
-        self.context = BrokerContext(self.store, load_server_config(data_dir, overrides))
-        config = self.context.config
-        self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(self.context).handle,
-                                   on_bound=self.context.set_bound)
-        txn_apis.attach(self.context)
-        self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
+        self.data_dir = data_dir
+        self.config = load_server_config(data_dir, overrides)
+        self.store: Store | None = None
+        self.context: BrokerContext | None = None
+        self.server: SocketServer | None = None
+        self.expiry: TransactionExpiry | None = None
+
+    @property
+    def bound(self) -> tuple[Listener, ...]:
+        """The listeners as bound (port 0 replaced), once started."""
+        return self.server.bound if self.server is not None else ()
 
     def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.shutdown()  # what was built before the failure: the server shuts down only started components
+            raise
+
+    def _start(self) -> None:
+        config = self.config
+        self.store = open_store(self.data_dir)
+        self.context = context = BrokerContext(self.store, config)  # creates __consumer_offsets if missing
+        self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(context).handle,
+                                   on_bound=context.set_bound)
+        txn_apis.attach(context)
+        self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the
         # appends and reads of requests do: done here, so that the first request does not wait for it.
         pa.scalar(0, pa.int64())
-        self.context.groups.load()  # before the first request: a group is answered only once loaded
+        context.groups.load()  # before the first request: a group is answered only once loaded
         self.server.start()
         assert self.server.loop is not None
-        asyncio.run_coroutine_threadsafe(self.context.groups.start(), self.server.loop).result()
+        asyncio.run_coroutine_threadsafe(context.groups.start(), self.server.loop).result()
         self.expiry.start()
 
     def shutdown(self) -> None:
-        self.expiry.shutdown()
-        if self.server.loop is not None:
-            asyncio.run_coroutine_threadsafe(self.context.groups.stop(), self.server.loop).result()
-        self.server.shutdown()
-        self.context.close()
-        self.store.close()
+        if self.expiry is not None:
+            self.expiry.shutdown()
+        if self.server is not None:
+            loop = self.server.loop
+            if loop is not None and loop.is_running() and self.context is not None:
+                asyncio.run_coroutine_threadsafe(self.context.groups.stop(), loop).result()
+            self.server.shutdown()
+        if self.context is not None:
+            self.context.close()
+        if self.store is not None:
+            self.store.close()
+        self.store = self.context = self.server = self.expiry = None

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                                        args.metrics_address), listener, cleaner]
 
         def announce() -> None:
-            for bound in listener.server.bound:
+            for bound in listener.bound:
                 print(f"listening on {bound}", flush=True)
 
         Server(components).run_until_signalled(on_started=announce)
