@@ -161,7 +161,7 @@ class Producer:
         # A batch of the open transaction failed: only abort_transaction() may follow (Kafka's abortable error).
         self._abortable_error: BaseException | None = None
         if self._transactional_id is not None:  # registering the id now fences every older instance
-            self._producer_id, self._epoch = store.transactions.init_producer(
+            self._producer_id, self._epoch = store.transactions.register_producer(
                 self._transactional_id, config.transaction_timeout_ms)
         self._sender: threading.Thread | None = None
         if config.linger_ms > 0:
@@ -338,7 +338,7 @@ class Producer:
         """Re-register the transactional id after an abortable error: a new epoch (any transaction still
         open is aborted first) and sequences from 0."""
         assert self._transactional_id is not None
-        self._producer_id, self._epoch = self.store.transactions.init_producer(
+        self._producer_id, self._epoch = self.store.transactions.register_producer(
             self._transactional_id, self.config.transaction_timeout_ms)
         self._sequences.clear()
         self._abortable_error = None

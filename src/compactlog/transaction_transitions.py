@@ -22,6 +22,9 @@ Rules:
 * InitProducerId naming a producer id and epoch (v3+, after an error) bumps the epoch only if they are the
   current ones; the previous epoch is a retry of a bump whose answer was lost (answered the current epoch);
   anything else is fenced;
+* InitProducerId while a wire transaction is ``Ongoing`` (a producer restarted mid-transaction) fences the
+  epoch, aborts the transaction with markers of the fenced epoch, and answers CONCURRENT_TRANSACTIONS; the
+  client's retry finds ``CompleteAbort`` and gets the epoch after the fenced one, as from Kafka;
 * EndTxn ends an ``Ongoing`` transaction; repeats a completed one's outcome as a no-op; anything else is
   INVALID_TXN_STATE (an EndTxn without partitions added, or the other outcome of a completed one);
 * a transactional Produce or TxnOffsetCommit is accepted only for a partition of the ``Ongoing`` transaction
@@ -49,19 +52,29 @@ COMPLETE_COMMIT = "CompleteCommit"
 COMPLETE_ABORT = "CompleteAbort"
 
 
-def init_producer_action(meta: TransactionMetadata, expected: tuple[int, int] | None) -> Literal["bump", "retry"]:
-    """What InitProducerId does to a registered id: bump its epoch, or answer the current one (a retry).
-    ``expected`` is the request's producer id and epoch (v3+, when the client sends them)."""
-    if expected is None:
+def init_producer_action(meta: TransactionMetadata, expected: tuple[int, int] | None,
+                         ) -> Literal["bump", "retry", "fence"]:
+    """What InitProducerId does to a registered id (Kafka's ``prepareInitProducerIdTransit``): bump its
+    epoch, answer the current one (a retry), or fence the epoch and abort the ``Ongoing`` transaction, which
+    is answered CONCURRENT_TRANSACTIONS so that the client retries and gets a second bump (the fenced epoch
+    is never handed out). ``expected`` is the request's producer id and epoch (v3+, when the client sends
+    them): another producer id is fenced whatever the state; the epoch is checked only when no transaction
+    is ongoing."""
+    if expected is not None and expected[0] != meta.producer_id:
+        raise _fenced_init(meta, expected)
+    if meta.state == ONGOING:
+        return "fence"
+    if expected is None or expected[1] == meta.epoch:
         return "bump"
+    if expected[1] == meta.last_epoch:
+        return "retry"
+    raise _fenced_init(meta, expected)
+
+
+def _fenced_init(meta: TransactionMetadata, expected: tuple[int, int]) -> ProducerFencedError:
     producer_id, epoch = expected
-    if producer_id == meta.producer_id:
-        if epoch == meta.epoch:
-            return "bump"
-        if epoch == meta.last_epoch:
-            return "retry"
-    raise ProducerFencedError(f"transactional id {meta.transactional_id!r}: producer {producer_id} epoch {epoch} "
-                              f"was fenced (producer {meta.producer_id} epoch {meta.epoch} now owns it)")
+    return ProducerFencedError(f"transactional id {meta.transactional_id!r}: producer {producer_id} epoch {epoch} "
+                               f"was fenced (producer {meta.producer_id} epoch {meta.epoch} now owns it)")
 
 
 def check_producer(meta: TransactionMetadata | None, transactional_id: str, producer_id: int, epoch: int,

@@ -34,7 +34,8 @@ Rules (Kafka's transaction coordinator, on one machine):
 
 * ``init_producer`` with a transactional id bumps its epoch, which fences every older instance; a
   transaction the older instance left open is aborted first (ABORT markers), and a commit it left half
-  written is completed (COMMIT markers);
+  written is completed (COMMIT markers); a wire transaction left ``Ongoing`` is aborted with the epoch
+  fenced and the call answered CONCURRENT_TRANSACTIONS, as Kafka does (the retry gets the next epoch);
 * a partition is recorded before the id's first record reaches it, so an abort or a timeout knows where
   to look for open transactions;
 * ``end_transaction`` writes a COMMIT or ABORT marker (a control row) into every partition of the
@@ -66,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .data_dir import exclusive_lock
 from .errors import (
+    ConcurrentTransactionsError,
     CorruptTransactionStateError,
     InvalidTransactionTimeoutError,
     ProducerFencedError,
@@ -275,17 +277,43 @@ class TransactionCoordinator:
             if meta is None:
                 meta = TransactionMetadata(transactional_id, self._next_producer_id(), 0, timeout_ms=timeout_ms)
             else:
-                if init_producer_action(meta, expected) == "retry":
+                action = init_producer_action(meta, expected)
+                if action == "retry":
                     return meta.producer_id, meta.epoch
+                if action == "fence":
+                    self._fence_and_abort(meta, self._open_partitions(meta))
+                    raise ConcurrentTransactionsError(
+                        f"transactional id {transactional_id!r}: its ongoing transaction was aborted and the "
+                        f"producer that began it fenced; retry")
                 self._finish_prepared(meta)
+                # A Python producer's transaction is never Ongoing here (its partitions' producer state knows
+                # it): aborted at once, with the epoch it was written under.
                 self._write_markers(meta, self._open_partitions(meta), commit=False, epoch=meta.epoch)
                 meta.last_epoch = meta.epoch
                 self._bump_epoch(meta)
                 meta.timeout_ms = timeout_ms
-                if meta.state == ONGOING:  # its partitions were just aborted (Kafka: fenced, then aborted)
-                    meta.state, meta.ongoing = COMPLETE_ABORT, []
             self._save(meta)
             return meta.producer_id, meta.epoch
+
+    def register_producer(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+        """A Python producer's InitProducerId: retried once, as Kafka's clients retry, when the first call
+        fenced and aborted a wire transaction left ``Ongoing`` (CONCURRENT_TRANSACTIONS)."""
+        try:
+            return self.init_producer(transactional_id, timeout_ms)
+        except ConcurrentTransactionsError:
+            return self.init_producer(transactional_id, timeout_ms)
+
+    def _fence_and_abort(self, meta: TransactionMetadata, open_partitions: list[TopicPartition]) -> None:
+        """Abort the id's open transaction with markers of the next epoch and make that epoch current, which
+        fences the producer that began it (Kafka's PrepareEpochFence, then CompleteAbort). The fenced epoch
+        is never handed out: the next InitProducerId bumps past it (``last_epoch`` -1: no retry of it)."""
+        marker_epoch = meta.epoch + 1 if meta.epoch < EPOCH_MAX else meta.epoch
+        self._write_markers(meta, open_partitions, commit=False, epoch=marker_epoch)
+        self._bump_epoch(meta)
+        meta.last_epoch = -1
+        if meta.state == ONGOING:
+            meta.state, meta.ongoing = COMPLETE_ABORT, []
+        self._save(meta)
 
     def _bump_epoch(self, meta: TransactionMetadata) -> None:
         if meta.epoch >= EPOCH_MAX:  # Kafka starts a new producer id when the epoch runs out
@@ -439,12 +467,6 @@ class TransactionCoordinator:
                     meta.txn_start_ms = now
                     self._save(meta)
                 if transaction_expired(now, meta.txn_start_ms, meta.timeout_ms):
-                    # Markers carry the next epoch, which fences the stalled producer in these partitions.
-                    marker_epoch = meta.epoch + 1 if meta.epoch < EPOCH_MAX else meta.epoch
-                    self._write_markers(meta, open_partitions, commit=False, epoch=marker_epoch)
-                    self._bump_epoch(meta)
-                    if meta.state == ONGOING:
-                        meta.state, meta.ongoing = COMPLETE_ABORT, []
-                    self._save(meta)
+                    self._fence_and_abort(meta, open_partitions)
                     aborted.append(meta.transactional_id)
         return aborted

@@ -227,6 +227,7 @@ def test_fencing_and_unknown_partitions_are_answered_with_each_versions_code(dat
     from test_wire import Connection
 
     from compactlog.broker.error_codes import (
+        CONCURRENT_TRANSACTIONS,
         INVALID_PRODUCER_EPOCH,
         INVALID_REQUEST,
         INVALID_TRANSACTION_TIMEOUT,
@@ -279,6 +280,15 @@ def test_fencing_and_unknown_partitions_are_answered_with_each_versions_code(dat
         assert add(3, pid, 2, {"out": [0]}) == {("out", 0): NONE}
         assert (end(2, pid, 1), end(1, pid, 1)) == (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)
         assert end(3, pid, 2) == NONE
+        # A producer restarting mid-transaction: Kafka aborts the Ongoing transaction under a fenced epoch
+        # (3, never handed out) and answers CONCURRENT_TRANSACTIONS; the client's retry gets epoch 4.
+        assert add(3, pid, 2, {"out": [0]}) == {("out", 0): NONE}
+        restarted = init(4)
+        assert (restarted.error_code, restarted.producer_id, restarted.producer_epoch) == (CONCURRENT_TRANSACTIONS,
+                                                                                           -1, -1)
+        assert end(3, pid, 2) == PRODUCER_FENCED
+        retried = init(4)
+        assert (retried.error_code, retried.producer_id, retried.producer_epoch) == (NONE, pid, 4)
     finally:
         conn.close()
 

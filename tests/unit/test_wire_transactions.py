@@ -123,11 +123,30 @@ def test_a_new_instance_aborts_the_ongoing_wire_transaction(tmp_path: Path) -> N
     pid, epoch = coordinator.init_producer("app", 60_000)
     coordinator.add_to_transaction("app", pid, epoch, [("out", 0), ("out", 1)])
     store.append("out", 1, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
-    assert coordinator.init_producer("app", 60_000) == (pid, epoch + 1)
+    # Kafka's answer while it aborts: CONCURRENT_TRANSACTIONS; the abort is done, under the fenced epoch.
+    with pytest.raises(ConcurrentTransactionsError, match="aborted"):
+        coordinator.init_producer("app", 60_000)
     assert completed == [(pid, False)]
     assert values(store, 1, "read_committed") == [] and store.last_stable_offset("out", 1) == 2
     (state,) = coordinator.states()
-    assert (state.state, state.ongoing) == ("CompleteAbort", [])
+    assert (state.state, state.ongoing, state.epoch) == ("CompleteAbort", [], epoch + 1)
+    with pytest.raises(ProducerFencedError):  # the restarted producer's old epoch is fenced at once
+        coordinator.add_to_transaction("app", pid, epoch, [("out", 0)])
+    assert coordinator.init_producer("app", 60_000) == (pid, epoch + 2)  # the retry: past the fenced epoch
+    assert completed == [(pid, False)]  # nothing more to abort
+
+
+def test_a_python_producer_restarting_over_an_ongoing_wire_transaction_retries_its_init(tmp_path: Path) -> None:
+    store = open_store(tmp_path, FakeClock())
+    pid, epoch = store.transactions.init_producer("app", 60_000)
+    store.transactions.add_to_transaction("app", pid, epoch, [("out", 0)])
+    store.append("out", 0, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+    with store.producer(transactional_id="app") as producer:
+        producer.begin_transaction()
+        producer.send("out", b"k", b"new", partition=0)
+        producer.commit_transaction()
+    assert values(store, 0, "read_committed") == [b"new"]
+    assert store.transactions.states()[0].epoch == epoch + 2
 
 
 def test_an_ongoing_wire_transaction_expires_after_its_timeout_even_without_records(tmp_path: Path) -> None:

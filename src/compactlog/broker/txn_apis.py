@@ -10,10 +10,10 @@ Rules, as Kafka's on one broker:
 * InitProducerId without a transactional id hands out a new producer id (epoch 0); one that names its
   current producer id and epoch (v3+, after an error) gets the same id with the epoch bumped. With a
   transactional id (an empty one is INVALID_REQUEST): the id's next epoch, which fences every older instance
-  of the producer; a transaction the older one left open is aborted first, a commit it left half written is
-  completed; ``transaction.timeout.ms`` outside ``[1, transaction.max.timeout.ms]`` is
-  INVALID_TRANSACTION_TIMEOUT. (Kafka answers CONCURRENT_TRANSACTIONS while it aborts an open transaction
-  and the client retries; the abort here is done before the answer, so the answer is the new epoch.)
+  of the producer; a commit the older one left half written is completed; a transaction it left
+  ``Ongoing`` is fenced and aborted and answered CONCURRENT_TRANSACTIONS, as Kafka does: the client retries
+  and gets the next epoch; ``transaction.timeout.ms`` outside ``[1, transaction.max.timeout.ms]`` is
+  INVALID_TRANSACTION_TIMEOUT.
 * every request of a fenced producer is PRODUCER_FENCED from the versions that know that code
   (InitProducerId v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2), INVALID_PRODUCER_EPOCH before;
   TxnOffsetCommit answers INVALID_PRODUCER_EPOCH, as the log append behind it does in Kafka;
