@@ -216,6 +216,50 @@ def test_confluent_consume_transform_produce_commits_offsets_with_the_transactio
         assert committed_offset(f"127.0.0.1:{port}", "ctp", "in") == 10
 
 
+def test_confluent_offsets_of_a_replaced_static_member_are_fenced_by_instance_id(data_dir: str) -> None:
+    """A static member (group.instance.id) closes and its instance rejoins under a new member id: offsets sent
+    to a transaction with the old member's group metadata are FENCED_INSTANCE_ID (abortable) and not committed."""
+    os.makedirs(data_dir)
+    with open(os.path.join(data_dir, "server.properties"), "w") as f:
+        f.write("group.initial.rebalance.delay.ms=0\n")
+    with running_broker(data_dir) as port:
+        broker = f"127.0.0.1:{port}"
+        create_topic(broker, "in", 1)
+        create_topic(broker, "out", 1)
+
+        def static_consumer() -> Any:
+            c = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": "static-ctp",
+                                          "group.instance.id": "worker-1", "enable.auto.commit": False,
+                                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            c.subscribe(["in"])
+            deadline = time.monotonic() + TIMEOUT_S
+            while not c.assignment():
+                c.poll(0.1)
+                assert time.monotonic() < deadline, "no assignment"
+            return c
+
+        first = static_consumer()
+        replaced = first.consumer_group_metadata()
+        first.close()  # a static member sends no LeaveGroup: its instance keeps its place
+        second = static_consumer()  # the same instance under a new member id
+        producer = transactional_producer(broker, "static-app")
+        offsets = [confluent_kafka.TopicPartition("in", 0, 1)]
+        producer.begin_transaction()
+        producer.produce("out", key=b"k", value=b"zombie")
+        with pytest.raises(confluent_kafka.KafkaException) as fenced:
+            producer.send_offsets_to_transaction(offsets, replaced, TIMEOUT_S)
+        error = fenced.value.args[0]
+        assert error.code() == confluent_kafka.KafkaError.FENCED_INSTANCE_ID and error.txn_requires_abort(), error
+        producer.abort_transaction(TIMEOUT_S)
+        producer.begin_transaction()
+        producer.produce("out", key=b"k", value=b"live")
+        producer.send_offsets_to_transaction(offsets, second.consumer_group_metadata(), TIMEOUT_S)
+        producer.commit_transaction(TIMEOUT_S)
+        second.close()
+        assert committed_offset(broker, "static-ctp", "in") == 1
+        assert values(broker, "out", 1, "read_committed") == [b"live"]
+
+
 def test_fencing_and_unknown_partitions_are_answered_with_each_versions_code(data_dir: str, broker: str) -> None:
     from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
     from kafka.protocol.producer.transaction import (

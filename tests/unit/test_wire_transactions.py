@@ -18,6 +18,7 @@ from compactlog.broker.context import BrokerContext
 from compactlog.broker.error_codes import (
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
     INVALID_PRODUCER_EPOCH,
     INVALID_PRODUCER_ID_MAPPING,
@@ -203,15 +204,26 @@ def test_the_expiry_thread_aborts_each_interval_until_shut_down(tmp_path: Path) 
     assert store.transactions.states()[0].state == "CompleteAbort"  # 1,200 ms > 1,000 ms at the second pass
 
 
-def test_txn_offset_commit_checks_member_and_generation_only_when_given() -> None:
+def test_txn_offset_commit_checks_member_instance_and_generation_as_kafka_does() -> None:
     group = GroupMetadata("g", 0, 10, 0)
     group.generation = 3
-    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, -1) == NONE  # a consumer that assigns its partitions
-    assert txn_offset_commit_error(group, "someone", -1) == UNKNOWN_MEMBER_ID
-    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, 2) == ILLEGAL_GENERATION
-    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, 3) == NONE
+    check = txn_offset_commit_error
+    assert check(group, UNKNOWN_MEMBER, None, -1) == NONE  # a consumer that assigns its partitions
+    assert check(group, "someone", None, -1) == NONE  # no generation while the group is Empty
+    group.state = GroupState.STABLE
+    group.members["m"] = group.members["s"] = SimpleNamespace()  # type: ignore[assignment]
+    group.static_members["instance-1"] = "s"
+    assert check(group, UNKNOWN_MEMBER, None, -1) == NONE
+    assert check(group, "someone", None, 3) == UNKNOWN_MEMBER_ID
+    assert check(group, UNKNOWN_MEMBER, None, 3) == UNKNOWN_MEMBER_ID  # a generation asks for a member
+    assert check(group, "m", None, 2) == ILLEGAL_GENERATION
+    assert check(group, "m", None, 3) == NONE
+    assert check(group, "s", "instance-1", 3) == NONE
+    assert check(group, "m", "instance-1", 3) == FENCED_INSTANCE_ID  # a member, but not this instance's
+    assert check(group, "old-s", "instance-1", -1) == FENCED_INSTANCE_ID  # a replaced static member
+    assert check(group, "m", "instance-2", 3) == UNKNOWN_MEMBER_ID  # an instance id nobody registered
     group.state = GroupState.DEAD
-    assert txn_offset_commit_error(group, UNKNOWN_MEMBER, -1) == COORDINATOR_NOT_AVAILABLE
+    assert check(group, UNKNOWN_MEMBER, None, -1) == COORDINATOR_NOT_AVAILABLE
 
 
 def txn_offset_commit(transactional_id: str, producer_id: int, epoch: int, group_id: str, offset: int) -> Any:

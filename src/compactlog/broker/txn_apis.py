@@ -24,9 +24,12 @@ Rules, as Kafka's on one broker:
   committed or dropped with it: the transaction coordinator calls the manager's ``complete_txn`` once it has
   written the markers (:func:`attach`); offsets of a transaction ended by another process's coordinator (a
   cleaner pass's expiry) are settled by the manager from the markers it finds in the log;
-* TxnOffsetCommit checks the group as Kafka's ``doTxnCommitOffsets``: a member id, when given, must be a
-  member (UNKNOWN_MEMBER_ID), a generation, when given, the group's (ILLEGAL_GENERATION); a consumer that
-  assigns its partitions itself sends neither. A group not known yet is created empty, as Kafka does;
+* TxnOffsetCommit checks the group as Kafka's ``validateOffsetCommit`` (transactional): a consumer that
+  assigns its partitions itself sends no member id, instance id or generation, and is accepted, as is any
+  generation < 0 while the group is Empty; else a ``group.instance.id`` must be registered
+  (UNKNOWN_MEMBER_ID) to this member id (FENCED_INSTANCE_ID), a member id without one must be a member
+  (UNKNOWN_MEMBER_ID), and the generation the group's (ILLEGAL_GENERATION). A group not known yet is
+  created empty, as Kafka does;
 * EndTxn writes the COMMIT or ABORT markers of the ongoing transaction into each of its partitions.
 """
 
@@ -41,6 +44,7 @@ from ..limits import INT_MAX
 from .context import BrokerContext
 from .error_codes import (
     COORDINATOR_NOT_AVAILABLE,
+    FENCED_INSTANCE_ID,
     ILLEGAL_GENERATION,
     INVALID_GROUP_ID,
     INVALID_PRODUCER_EPOCH,
@@ -129,13 +133,23 @@ async def handle_add_offsets_to_txn(context: BrokerContext, request: Any, versio
     return {"throttle_time_ms": 0, "error_code": code}
 
 
-def txn_offset_commit_error(group: GroupMetadata, member_id: str, generation: int) -> int:
-    """Kafka's ``doTxnCommitOffsets`` check of the group (see the module docstring)."""
+def txn_offset_commit_error(group: GroupMetadata, member_id: str, group_instance_id: str | None,
+                            generation: int) -> int:
+    """Kafka's ``validateOffsetCommit`` of a TxnOffsetCommit (see the module docstring)."""
     if group.state == GroupState.DEAD:
         return COORDINATOR_NOT_AVAILABLE
-    if member_id != UNKNOWN_MEMBER and member_id not in group.members:
+    if generation < 0 and (group.state == GroupState.EMPTY
+                           or (member_id == UNKNOWN_MEMBER and group_instance_id is None)):
+        return NONE
+    if group_instance_id is not None:
+        registered = group.static_members.get(group_instance_id)
+        if registered is None:
+            return UNKNOWN_MEMBER_ID
+        if registered != member_id:
+            return FENCED_INSTANCE_ID
+    elif member_id not in group.members:
         return UNKNOWN_MEMBER_ID
-    if generation >= 0 and generation != group.generation:
+    if generation != group.generation:
         return ILLEGAL_GENERATION
     return NONE
 
@@ -162,11 +176,12 @@ async def _txn_offset_commit(context: BrokerContext, request: Any, version: int,
     group_id = request.group_id
     if not group_id:
         return INVALID_GROUP_ID
-    member_id, generation = (request.member_id, request.generation_id) if version >= 3 else (UNKNOWN_MEMBER, -1)
+    member_id, instance_id, generation = ((request.member_id, request.group_instance_id, request.generation_id)
+                                          if version >= 3 else (UNKNOWN_MEMBER, None, -1))
     coordinator = context.groups
     if group_id not in coordinator.groups:  # Kafka creates it, empty: an OffsetCommit of nothing does
         await coordinator.commit_offsets(group_id, UNKNOWN_MEMBER, None, -1, {})
-    code = txn_offset_commit_error(coordinator.groups[group_id], member_id, generation)
+    code = txn_offset_commit_error(coordinator.groups[group_id], member_id, instance_id, generation)
     if code != NONE:
         return code
     try:
