@@ -29,7 +29,8 @@ from .errors import InvalidTopicError, UnknownGroupError, UnknownTopicOrPartitio
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["GroupDescription", "PartitionLag", "committed_offsets", "describe_group", "list_groups"]
+__all__ = ["GroupDescription", "PartitionLag", "assigned_partitions", "committed_offsets", "describe_group",
+           "list_groups"]
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,47 @@ def test_an_unknown_group_is_kafkas_error_and_a_describe_needs_a_group(data: Pat
     assert neither.stderr.splitlines()[-1] == "compactlog groups describe: error: give --group GROUP or --all-groups"
 
 
+def test_describe_members_prints_kafkas_members_table(data: Path) -> None:
+    billing = cli(data, "groups", "describe", "--group", "billing", "--members")
+    assert billing.returncode == 0 and billing.stderr == ""
+    assert billing.stdout == (
+        "\n"
+        "GROUP           CONSUMER-ID            HOST            CLIENT-ID       #PARTITIONS     \n"
+        "billing         consumer-1-5f1e2a9c-77 /127.0.0.1      consumer-1      2               \n")
+
+    audit = cli(data, "groups", "describe", "--group", "audit", "--members")  # Kafka: the notice, the header
+    assert audit.stderr == "\nConsumer group 'audit' has no active members.\n"
+    assert audit.stdout == "\nGROUP           CONSUMER-ID     HOST            CLIENT-ID       #PARTITIONS     \n"
+
+    with compactlog.open(data) as store:  # a static member: Kafka adds the GROUP-INSTANCE-ID column
+        member = MemberSnapshot("static-1", "worker-1", "consumer-3", "/127.0.0.3", 300_000, 45_000,
+                                subscription("users"), assignment("users", [1]))
+        manager_of(store).store_group(GroupSnapshot("workers", "consumer", 2, "sticky", "static-1",
+                                                    1_700_000_000_000, (member,)))
+    assert ok(cli(data, "groups", "describe", "--group", "workers", "--members")) == (
+        "\n"
+        "GROUP           CONSUMER-ID     GROUP-INSTANCE-ID HOST            CLIENT-ID       #PARTITIONS     \n"
+        "workers         static-1        worker-1          /127.0.0.3      consumer-3      1               \n")
+
+
+def test_describe_state_prints_kafkas_state_table_with_the_configured_coordinator(data: Path) -> None:
+    (data / "server.properties").write_text("advertised.listeners=PLAINTEXT://broker.example:9093\nnode.id=7\n")
+    billing = cli(data, "groups", "describe", "--group", "billing", "--state")
+    assert billing.returncode == 0 and billing.stderr == ""
+    assert billing.stdout == (
+        "\n"
+        "GROUP                     COORDINATOR (ID)          ASSIGNMENT-STRATEGY  STATE           #MEMBERS\n"
+        "billing                   broker.example:9093  (7)  range                Stable          1\n")
+
+    late = cli(data, "groups", "describe", "--group", "late", "--state")  # offsets only: Empty, no strategy
+    assert late.stderr == "\nConsumer group 'late' has no active members.\n"
+    assert late.stdout.splitlines()[2] == (
+        "late                      broker.example:9093  (7)                       Empty           0")
+
+    both = cli(data, "groups", "describe", "--group", "billing", "--state", "--members")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
 def test_describe_all_groups_and_json(data: Path) -> None:
     every = cli(data, "groups", "describe", "--all-groups")
     assert every.returncode == 0

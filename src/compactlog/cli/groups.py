@@ -11,6 +11,17 @@ consumer id and host at least 15 characters, the others fixed). The lag is the l
 committed offset. A group whose last stored metadata has no members prints Kafka's notice on stderr,
 ``Consumer group 'G' has no active members.``, then its offsets. An unknown group is an error (exit 1) with
 Kafka's message. ``--json`` prints the same as JSON (a list with ``--all-groups``).
+
+``describe --members`` prints, per group, Kafka's members table: a blank line, ``GROUP CONSUMER-ID HOST
+CLIENT-ID #PARTITIONS`` (with ``GROUP-INSTANCE-ID`` after the consumer id when a member has one), a row per
+member with the number of partitions assigned to it; every column padded (group, consumer id, host and
+client id at least 15 characters, the instance id 17, #PARTITIONS 15) and followed by one space. A group
+without members prints the notice, then the header alone. ``describe --state`` prints ``GROUP COORDINATOR
+(ID) ASSIGNMENT-STRATEGY STATE #MEMBERS`` and the group's row: the coordinator is this data directory's
+broker as ``server.properties`` configures it (first advertised listener, else first listener, and
+``node.id``; ``serve``'s command-line listeners are not known here), written ``host:port  (id)`` as Kafka
+writes it; the first column is as wide as that (at least 25), the next three 25, 20 and 15. ``--offsets``
+is the default table. These are Kafka's ``ConsumerGroupCommand`` formats, quirks included.
 """
 
 from __future__ import annotations
@@ -19,8 +30,9 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..consumer_groups import GroupDescription, describe_group, list_groups
+from ..consumer_groups import GroupDescription, assigned_partitions, describe_group, list_groups
 from ..errors import UnknownGroupError
+from ..server_config import load_server_config
 from .common import UsageError, data_dir_parent, open_store, print_json
 
 if TYPE_CHECKING:
@@ -49,6 +61,11 @@ def add_parser(commands: Any) -> None:
     which = describe.add_mutually_exclusive_group()
     which.add_argument("--group", metavar="GROUP", help="the group")
     which.add_argument("--all-groups", action="store_true", help="every group")
+    table = describe.add_mutually_exclusive_group()
+    table.add_argument("--offsets", action="store_true", help="each partition's offsets and lag (the default)")
+    table.add_argument("--members", action="store_true", help="each member and its number of partitions")
+    table.add_argument("--state", action="store_true",
+                       help="the group's coordinator, assignment strategy, state and number of members")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
     describe.set_defaults(run=run_describe)
 
@@ -85,6 +102,42 @@ def format_table(rows: list[tuple[str, ...]]) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
+def _kafka_format(widths: list[int], values: tuple[str, ...]) -> str:
+    """Java's ``%-Ns`` per column, each followed by one space (Kafka's members table)."""
+    return "".join(value.ljust(width) + " " for value, width in zip(values, widths, strict=True))
+
+
+def format_members(group: GroupDescription) -> str:
+    """Kafka's ``--members`` table of one group (module docstring)."""
+    with_instance = any(m.group_instance_id for m in group.members)
+    rows = [(group.group_id, m.member_id, *((m.group_instance_id or "",) if with_instance else ()), m.client_host,
+             m.client_id, str(len(assigned_partitions(m)))) for m in group.members]
+    header = ("GROUP", "CONSUMER-ID", *(("GROUP-INSTANCE-ID",) if with_instance else ()), "HOST", "CLIENT-ID",
+              "#PARTITIONS")
+    minimums = [MIN_WIDTH, MIN_WIDTH, *((17,) if with_instance else ()), MIN_WIDTH, MIN_WIDTH]
+    widths = [max([minimum, *(len(row[i]) for row in rows)]) for i, minimum in enumerate(minimums)] + [15]
+    return "".join(["\n", _kafka_format(widths, header), "\n", *(_kafka_format(widths, row) + "\n" for row in rows)])
+
+
+def coordinator_of(data_dir: str) -> str:
+    """The data directory's broker as ``--state`` names it (module docstring)."""
+    config = load_server_config(data_dir)
+    listener = (config.advertised_listeners or config.listeners)[0]
+    return f"{listener.host}:{listener.port}  ({config.node_id})"
+
+
+def format_state(group: GroupDescription, coordinator: str) -> str:
+    """Kafka's ``--state`` table of one group (module docstring)."""
+    first = max(25, len(coordinator))
+
+    def line(values: tuple[str, ...]) -> str:
+        return "\n" + " ".join(value.ljust(width) for value, width in zip(values, (first, 25, 20, 15), strict=False)) \
+            + " " + values[-1]
+
+    return line(("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")) + line(
+        (group.group_id, coordinator, group.protocol or "", group.state, str(len(group.members)))) + "\n"
+
+
 def group_json(group: GroupDescription) -> dict[str, Any]:
     return {"group": group.group_id, "state": group.state, "protocol_type": group.protocol_type,
             "protocol": group.protocol, "generation": group.generation,
@@ -113,11 +166,15 @@ def run_describe(args: argparse.Namespace) -> int:
     if args.json:
         print_json([group_json(g) for g in described] if args.all_groups else group_json(described[0]))
         return 0
+    coordinator = coordinator_of(store.data_dir) if args.state else ""
     for group in described:
-        if not group.members:  # Kafka prints this notice on stderr, then the group's offsets
+        if not group.members:  # Kafka prints this notice on stderr, then the group's table
             sys.stdout.flush()
             print(f"\nConsumer group '{group.group_id}' has no active members.", file=sys.stderr)
-        rows = group_rows(group)
-        if rows:
+        if args.members:
+            sys.stdout.write(format_members(group))
+        elif args.state:
+            sys.stdout.write(format_state(group, coordinator))
+        elif rows := group_rows(group):
             sys.stdout.write(format_table(rows))
     return 0
