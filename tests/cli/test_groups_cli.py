@@ -152,8 +152,10 @@ def test_describe_members_prints_kafkas_members_table(data: Path) -> None:
     with compactlog.open(data) as store:  # a static member: Kafka adds the GROUP-INSTANCE-ID column
         member = MemberSnapshot("static-1", "worker-1", "consumer-3", "/127.0.0.3", 300_000, 45_000,
                                 subscription("users"), assignment("users", [1]))
-        manager_of(store).store_group(GroupSnapshot("workers", "consumer", 2, "sticky", "static-1",
-                                                    1_700_000_000_000, (member,)))
+        manager = manager_of(store)
+        manager.store_group(GroupSnapshot("workers", "consumer", 2, "sticky", "static-1", 1_700_000_000_000,
+                                          (member,)))
+        manager.store_offsets("workers", {("users", 0): OffsetAndMetadata(1)})  # committed, not assigned: not counted
     assert ok(cli(data, "groups", "describe", "--group", "workers", "--members")) == (
         "\n"
         "GROUP           CONSUMER-ID     GROUP-INSTANCE-ID HOST            CLIENT-ID       #PARTITIONS     \n"
