@@ -1,5 +1,5 @@
 """How the transaction coordinator answers the wire's transactional requests: pure functions of a
-transactional id's stored state (:class:`compactlog.transactions.TransactionMetadata`), as Kafka's
+transactional id's stored state (:class:`TransactionMetadata`, defined here), as Kafka's
 ``TransactionCoordinator`` (``handleInitProducerId``, ``handleAddPartitionsToTransaction``,
 ``handleEndTransaction``) and ``TransactionMetadata``'s transitions decide them.
 
@@ -33,7 +33,8 @@ Rules:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from .errors import (
     ConcurrentTransactionsError,
@@ -42,14 +43,42 @@ from .errors import (
     ProducerFencedError,
 )
 
-if TYPE_CHECKING:
-    from .transactions import TopicPartition, TransactionMetadata
-
 READY = "Ready"
 ONGOING = "Ongoing"
 PREPARE_COMMIT = "PrepareCommit"
 COMPLETE_COMMIT = "CompleteCommit"
 COMPLETE_ABORT = "CompleteAbort"
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class TransactionMetadata:
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    partitions: list[TopicPartition] = field(default_factory=list)
+    state: str = READY
+    prepared: list[TopicPartition] = field(default_factory=list)
+    timeout_ms: int = 60_000
+    txn_start_ms: int | None = None  # the store's clock when the id's latest transaction began
+    ongoing: list[TopicPartition] = field(default_factory=list)  # a wire transaction's partitions
+    last_epoch: int = -1  # the epoch before the last InitProducerId bump: a retry of it gets the current one
+
+    def to_json(self) -> dict[str, Any]:
+        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id, "epoch": self.epoch,
+                "partitions": [list(p) for p in self.partitions], "state": self.state,
+                "prepared": [list(p) for p in self.prepared], "timeout_ms": self.timeout_ms,
+                "txn_start_ms": self.txn_start_ms, "ongoing": [list(p) for p in self.ongoing],
+                "last_epoch": self.last_epoch}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> TransactionMetadata:
+        # Files written before txn_start_ms existed have none: abort_expired then starts the count.
+        return cls(raw["transactional_id"], raw["producer_id"], raw["epoch"],
+                   [(t, p) for t, p in raw["partitions"]], raw["state"], [(t, p) for t, p in raw["prepared"]],
+                   raw["timeout_ms"], raw.get("txn_start_ms"), [(t, p) for t, p in raw.get("ongoing", [])],
+                   raw.get("last_epoch", -1))
 
 
 def init_producer_action(meta: TransactionMetadata, expected: tuple[int, int] | None,

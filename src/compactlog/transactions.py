@@ -62,8 +62,7 @@ import re
 import uuid
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .data_dir import exclusive_lock
 from .errors import (
@@ -79,6 +78,8 @@ from .transaction_transitions import (
     ONGOING,
     PREPARE_COMMIT,
     READY,
+    TopicPartition,
+    TransactionMetadata,
     begins_transaction,
     check_in_transaction,
     check_producer,
@@ -94,36 +95,6 @@ TXN_DIR = ".transactions"
 EPOCH_MAX = 32767
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
 _NAME_MAX = 255  # the longest file name most file systems take, in bytes
-TopicPartition = tuple[str, int]
-
-
-@dataclass
-class TransactionMetadata:
-    transactional_id: str
-    producer_id: int
-    epoch: int
-    partitions: list[TopicPartition] = field(default_factory=list)
-    state: str = READY
-    prepared: list[TopicPartition] = field(default_factory=list)
-    timeout_ms: int = 60_000
-    txn_start_ms: int | None = None  # the store's clock when the id's latest transaction began
-    ongoing: list[TopicPartition] = field(default_factory=list)  # a wire transaction's partitions
-    last_epoch: int = -1  # the epoch before the last InitProducerId bump: a retry of it gets the current one
-
-    def to_json(self) -> dict[str, Any]:
-        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id, "epoch": self.epoch,
-                "partitions": [list(p) for p in self.partitions], "state": self.state,
-                "prepared": [list(p) for p in self.prepared], "timeout_ms": self.timeout_ms,
-                "txn_start_ms": self.txn_start_ms, "ongoing": [list(p) for p in self.ongoing],
-                "last_epoch": self.last_epoch}
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> TransactionMetadata:
-        # Files written before txn_start_ms existed have none: abort_expired then starts the count.
-        return cls(raw["transactional_id"], raw["producer_id"], raw["epoch"],
-                   [(t, p) for t, p in raw["partitions"]], raw["state"], [(t, p) for t, p in raw["prepared"]],
-                   raw["timeout_ms"], raw.get("txn_start_ms"), [(t, p) for t, p in raw.get("ongoing", [])],
-                   raw.get("last_epoch", -1))
 
 
 def check_transaction_timeout(transactional_id: str, timeout_ms: int, max_timeout_ms: int) -> None:
