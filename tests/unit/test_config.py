@@ -20,11 +20,11 @@ from compactlog.config import (
     alter,
     describe_configs,
     load_broker_config,
-    parse_properties,
     producer_config,
     topic_config,
 )
 from compactlog.errors import ConfigError
+from compactlog.properties import parse_properties
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
