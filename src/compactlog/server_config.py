@@ -60,6 +60,10 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               "created, kept small for faster compaction and loading.", low=1, high=INT_MAX),
     ConfigDef("offsets.retention.minutes", "int", 10_080, "Committed offsets of a group without members expire "
               "this long after their commit or the group becoming empty, whichever is later (tombstones).", low=1),
+    # Kafka declares no lower bound; a negative limit would refuse even empty metadata.
+    ConfigDef("offset.metadata.max.bytes", "int", 4096, "The longest metadata string an offset commit may carry, "
+              "counted in characters as Java's String.length(); a longer one's partition is not committed and "
+              "answers OFFSET_METADATA_TOO_LARGE.", low=0),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often the "
               "broker aborts the transactions open longer than their transaction.timeout.ms.", low=1),
 )
@@ -117,6 +121,7 @@ class ServerConfig:
     offsets_topic_num_partitions: int
     offsets_topic_segment_bytes: int
     offsets_retention_minutes: int
+    offset_metadata_max_bytes: int
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int
 
 
@@ -141,6 +146,7 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         offsets_topic_num_partitions=parsed["offsets.topic.num.partitions"],
         offsets_topic_segment_bytes=parsed["offsets.topic.segment.bytes"],
         offsets_retention_minutes=parsed["offsets.retention.minutes"],
+        offset_metadata_max_bytes=parsed["offset.metadata.max.bytes"],
         transaction_abort_timed_out_transaction_cleanup_interval_ms=parsed[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
     )
