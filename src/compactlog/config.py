@@ -1,161 +1,36 @@
 """Every configuration compactlog reads: topic configs, the broker (data-directory) config, producer configs.
 
-Each config is declared once, as a :class:`ConfigDef` in ``TOPIC_CONFIGS``, ``BROKER_CONFIGS`` or
-``PRODUCER_CONFIGS``; parsing, range checks, error messages, dataclass defaults, broker synonyms and
-:func:`describe_configs` derive from those entries. Names, defaults and bounds are Kafka's (``LogConfig``,
-``ServerTopicConfigSynonyms``, ``CleanerConfig``, ``ProducerConfig``), with deviations noted inline. The
-dataclasses spell out their fields for type checkers; an import-time check keeps them equal to the tables.
+Each config is declared once, as a :class:`~compactlog.config_def.ConfigDef` in ``TOPIC_CONFIGS``,
+``BROKER_CONFIGS`` or ``PRODUCER_CONFIGS``; parsing, range checks, error messages, dataclass defaults, broker
+synonyms and :func:`describe_configs` derive from those entries. Names, defaults and bounds are Kafka's
+(``LogConfig``, ``ServerTopicConfigSynonyms``, ``CleanerConfig``, ``ProducerConfig``), with deviations noted
+inline. The dataclasses spell out their fields for type checkers; an import-time check keeps them equal to the
+tables. The Kafka-protocol server's configs, read from the same ``server.properties``, are declared in
+:mod:`compactlog.server_config`; :func:`load_broker_config` leaves their keys to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import numbers
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from compactlog.cleaner.plan import effective_roll_ms
+from compactlog.config_def import ConfigDef, Synonym
 from compactlog.errors import ConfigError
-from compactlog.limits import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
+from compactlog.limits import INT_MAX, LONG_MAX
+from compactlog.properties import SERVER_PROPERTIES, read_server_properties
+from compactlog.server_config import SERVER_CONFIG_NAMES
 
-__all__ = ["BROKER_CONFIGS", "PRODUCER_CONFIGS", "TOPIC_CONFIGS", "BrokerConfig", "ConfigDef", "ProducerConfig",
-           "Synonym", "TopicConfig", "alter", "describe_configs", "load_broker_config", "parse_properties",
-           "producer_config", "topic_config"]
+__all__ = ["BROKER_CONFIGS", "PRODUCER_CONFIGS", "TOPIC_CONFIGS", "BrokerConfig", "ProducerConfig", "TopicConfig",
+           "alter", "describe_configs", "load_broker_config", "producer_config", "topic_config"]
 
-Kind = Literal["int", "long", "double", "boolean", "string", "list"]
-
-# Java's int and long ranges bound every integer config, as ConfigDef's INT and LONG types do.
-_TYPE_BOUNDS: dict[str, tuple[float, float]] = {
-    "int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX), "double": (-math.inf, math.inf)}
-# Kafka parses with Integer.parseInt / Long.parseLong / Double.parseDouble: no "1.5" for a LONG, no "1_000".
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_NO_EFFECT = " Accepted for Kafka compatibility, no effect here: {}."
-_MIN_SHARE = 1024  # dedupe buffer bytes per cleaner thread: Kafka: >= 1 MiB; 1 KiB lets tests force multi-pass
-SERVER_KEYS = frozenset("""listeners advertised.listeners auto.create.topics.enable socket.request.max.bytes node.id
-    broker.id num.partitions group.min.session.timeout.ms group.max.session.timeout.ms offsets.retention.minutes
-    group.initial.rebalance.delay.ms offsets.retention.check.interval.ms offsets.topic.num.partitions group.max.size
-    offsets.topic.segment.bytes transaction.abort.timed.out.transaction.cleanup.interval.ms""".split())  # noqa: SIM905
-
-
-class Synonym(NamedTuple):
-    """A broker config that supplies a topic config's default (``ServerTopicConfigSynonyms``); ``scale``
-    converts its unit to the topic's (``log.roll.hours``: 3600000). All but a config's last synonym are unset
-    by default, and then defer to the next one (``log.retention.ms`` > ``.minutes`` > ``.hours``)."""
-
-    name: str
-    scale: int = 1
-
-
-@dataclass(frozen=True)
-class ConfigDef:
-    """One config: Kafka name, type, default, doc, allowed values, broker synonyms (highest precedence first).
-
-    Numbers lie in ``[low, high]`` (``(low, high]`` if ``low_open``) and in the Java type's range; ``choices``
-    restricts strings and list elements. ``attr`` is the Python attribute name."""
-
-    name: str
-    kind: Kind
-    default: Any
-    doc: str
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    choices: tuple[str, ...] = ()
-    nullable: bool = False
-    synonyms: tuple[Synonym, ...] = ()
-    no_effect: str = ""  # why a config accepted so that Kafka's server.properties load does nothing here
-
-    @property
-    def attr(self) -> str:
-        return self.name.replace(".", "_")
-
-    @property
-    def described(self) -> str:
-        """The doc as ``describe`` shows it: a config with no effect here says so, and why."""
-        return self.doc + (_NO_EFFECT.format(self.no_effect) if self.no_effect else "")
-
-    def _bounds(self) -> tuple[Any, Any]:
-        type_low, type_high = _TYPE_BOUNDS[self.kind]
-        low = type_low if self.low is None else max(type_low, self.low)
-        return low, type_high if self.high is None else min(type_high, self.high)
-
-    def allowed(self) -> str:
-        """The allowed values in words, as every error message about this config states them."""
-        low, high = self._bounds() if self.kind in _TYPE_BOUNDS else (None, None)
-        text = {
-            "list": "a non-empty comma-separated list of " + ", ".join(self.choices),
-            "string": "one of " + ", ".join(self.choices) if self.choices else "a non-empty string",
-            "boolean": "true or false",
-            "double": f"a number in {'(' if self.low_open else '['}{float(low or 0)}, {float(high or 0)}]",
-        }.get(self.kind, f"an integer in [{low}, {high}]")
-        return text + (" or null" if self.nullable else "")
-
-    def _error(self, value: object, problem: str) -> ConfigError:
-        return ConfigError(f"{self.name}: {value!r} {problem}; allowed: {self.allowed()}")
-
-    def parse(self, value: object) -> Any:
-        """A native value or a Kafka CLI string ("1000", "0.5", "compact,delete") as this config's value."""
-        if value is None and self.nullable:
-            return None
-        text = value.strip() if isinstance(value, str) else None  # Kafka trims values
-        if self.kind == "list":
-            return self._parse_list(value)
-        if self.kind == "boolean":  # "true"/"false" in any case, as Kafka; 1 is not a boolean
-            if text is not None and text.lower() in ("true", "false"):
-                return text.lower() == "true"
-            if isinstance(value, bool):
-                return value
-            raise self._error(value, "is not a boolean")
-        if self.kind == "string":  # choices are case-sensitive, as ConfigDef.ValidString
-            if not text or (self.choices and text not in self.choices):
-                raise self._error(value, "is not allowed")
-            return text
-        # Numbers. bool is an int subclass, but True is no segment size; a float is no integer even when
-        # integral, and "1_000" no number, as Java's Long.parseLong and Double.parseDouble have it.
-        integral = self.kind != "double"
-        number: float
-        if text is not None and (_INT_RE if integral else _FLOAT_RE).fullmatch(text):
-            number = int(text) if integral else float(text)
-        elif integral and isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            number = int(value)
-        elif not integral and isinstance(value, numbers.Real) and not isinstance(value, bool):
-            number = float(value)
-        else:
-            raise self._error(value, "is not an integer" if integral else "is not a number")
-        low, high = self._bounds()
-        above_low = low < number if self.low_open else low <= number
-        if not (above_low and number <= high and math.isfinite(number)):
-            raise self._error(number, "is out of range")
-        return number
-
-    def _parse_list(self, value: object) -> tuple[str, ...]:
-        if isinstance(value, str):
-            items = value.split(",") if value.strip() else []
-        elif isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
-            items = list(value)
-        else:
-            raise self._error(value, "is not a list of strings")
-        parsed: list[str] = []
-        for item in (item.strip() for item in items):
-            if self.choices and item not in self.choices:  # case-sensitive, as Kafka's validator
-                raise self._error(item, "is not allowed")
-            if item not in parsed:  # "compact,compact" means "compact"
-                parsed.append(item)
-        # Kafka lets an empty cleanup.policy through (a log neither deleted nor compacted); we refuse it.
-        if not parsed:
-            raise self._error(value, "is an empty list")
-        return tuple(parsed)
-
-    def render(self, value: Any) -> Any:  # as a properties map holds it: lists comma-joined
-        return ",".join(value) if self.kind == "list" else value
-
+# Dedupe buffer bytes per cleaner thread. Kafka requires at least 1 MiB; 1 KiB lets tests force multi-pass
+# cleaning with small maps.
+_MIN_SHARE = 1024
 
 _HOUR, _MINUTE = 3_600_000, 60_000  # ms
 
@@ -451,7 +326,8 @@ def topic_config(overrides: Mapping[str, object], broker: BrokerConfig | None = 
     return defaults._apply(overrides, defaults)
 
 
-def alter(config: TopicConfig, changes: Mapping[str, object], broker: BrokerConfig | None = None) -> TopicConfig:
+def alter(config: TopicConfig, changes: Mapping[str, object],
+          broker: BrokerConfig | None = None) -> TopicConfig:
     """``config`` with ``changes`` applied and revalidated; None resets a key to the broker's default."""
     return config._apply(changes, (broker or BrokerConfig()).topic_defaults())
 
@@ -462,35 +338,16 @@ def producer_config(overrides: Mapping[str, object] | None = None) -> ProducerCo
     return default._apply(overrides or {}, default)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``.properties`` lines ``key=value``, ``key: value`` or ``key value`` (trimmed) as a dict.
-
-    ``#``/``!`` start comments; a line ending in an odd number of backslashes continues on the next; the last
-    of repeated keys wins (as java.util.Properties). Backslash escapes are not decoded.
-    """
-    props: dict[str, str] = {}
-    lines = iter(text.splitlines())
-    for raw in lines:
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:
-            line = line[:-1] + next(lines, "").strip()
-        key, value = re.fullmatch(r"([^=:\s]*)\s*[=:]?(.*)", line).groups()  # type: ignore[union-attr]
-        props[key] = value.strip()
-    return props
-
-
 def load_broker_config(data_dir: str | os.PathLike[str]) -> BrokerConfig:
-    """The config of a data directory: ``<data_dir>/server.properties``, or the defaults if it is absent."""
-    path = Path(data_dir) / "server.properties"
+    """The config of a data directory: ``<data_dir>/server.properties``, or the defaults if it is absent.
+
+    The server's own keys (:data:`compactlog.server_config.SERVER_CONFIG_NAMES`) are left out: they are
+    :func:`compactlog.server_config.load_server_config`'s."""
+    props = read_server_properties(data_dir)
     try:
-        props = parse_properties(path.read_text(encoding="utf-8"))
-        return BrokerConfig.from_properties({k: v for k, v in props.items() if k not in SERVER_KEYS})
-    except FileNotFoundError:
-        return BrokerConfig()
-    except (ConfigError, OSError, UnicodeDecodeError) as exc:  # also a directory, unreadable, not UTF-8
-        raise ConfigError(f"{path}: {exc}") from exc
+        return BrokerConfig.from_properties({k: v for k, v in props.items() if k not in SERVER_CONFIG_NAMES})
+    except ConfigError as exc:
+        raise ConfigError(f"{os.path.join(data_dir, SERVER_PROPERTIES)}: {exc}") from exc
 
 
 def describe_configs(scope: Literal["topic", "broker", "producer"] = "topic") -> list[tuple[str, str, str, str]]:

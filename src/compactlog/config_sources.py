@@ -17,19 +17,16 @@ the tables of :mod:`compactlog.config`; nothing here declares a config.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .config import BROKER_CONFIGS, SERVER_KEYS, TOPIC_CONFIGS, BrokerConfig, parse_properties, topic_config
+from .config import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerConfig, topic_config
+from .server_config import SERVER_CONFIG_NAMES
 
 SOURCE_TOPIC = "topic"
 SOURCE_DATA_DIRECTORY = "data-directory"
 SOURCE_DEFAULT = "default"
-# The data directory's broker config file (the one :func:`compactlog.config.load_broker_config` reads).
-SERVER_PROPERTIES = "server.properties"
 
 _BROKER_DEFS = {d.name: d for d in BROKER_CONFIGS}
 
@@ -57,8 +54,9 @@ def topic_config_entries(overrides: Mapping[str, Any], server_properties: Mappin
     """Every topic config of a topic with ``overrides`` (its own configs, Kafka names) in a data directory
     whose ``server.properties`` holds ``server_properties``, in the order :mod:`compactlog.config` declares
     them. Raises ConfigError for a value the config tables refuse; the server's own keys (``listeners``,
-    ``offsets.*``, ``group.*``: ``SERVER_KEYS``) are not the data directory's and are left out. Pure."""
-    broker = BrokerConfig.from_properties({k: v for k, v in server_properties.items() if k not in SERVER_KEYS})
+    ``offsets.*``, ``group.*``: ``SERVER_CONFIG_NAMES``) are not the data directory's and are left out. Pure."""
+    broker = BrokerConfig.from_properties({k: v for k, v in server_properties.items()
+                                           if k not in SERVER_CONFIG_NAMES})
     effective = topic_config(overrides, broker)
     entries = []
     for d in TOPIC_CONFIGS:
@@ -74,10 +72,3 @@ def topic_config_entries(overrides: Mapping[str, Any], server_properties: Mappin
         entries.append(ConfigEntry(d.name, d.render(effective.get(d.name)), synonyms[0].source, tuple(synonyms)))
     return entries
 
-
-def read_server_properties(data_dir: str | os.PathLike[str]) -> dict[str, str]:
-    """The settings of ``<data_dir>/server.properties`` as written (``{}`` without the file)."""
-    try:
-        return parse_properties((Path(data_dir) / SERVER_PROPERTIES).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}

@@ -48,8 +48,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from .config import parse_properties
 from .errors import DataDirectoryError, ReadOnlyStoreError
+from .properties import parse_properties
 from .segment import fsync_path
 
 META_PROPERTIES = "meta.properties"

@@ -2,8 +2,8 @@
 
 They are read, like the data-directory config (:mod:`compactlog.config`), from ``<data-dir>/server.properties``
 under Kafka's names, and may be overridden on the command line. Each is declared once here as a
-:class:`~compactlog.config.ConfigDef`; :func:`compactlog.config.load_broker_config` leaves these keys
-(``config.SERVER_KEYS``, checked equal to this table at import) to this module.
+:class:`~compactlog.config_def.ConfigDef`; :func:`compactlog.config.load_broker_config` leaves these keys
+(``SERVER_CONFIG_NAMES``) to this module.
 
 Listener syntax (Kafka's ``listeners``): a comma-separated list of ``NAME://host:port``, each NAME once,
 host an address or name (empty: every interface; the default is loopback) and port 0 a free port. Every
@@ -18,11 +18,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from .config import SERVER_KEYS, ConfigDef, parse_properties
+from .config_def import ConfigDef
 from .errors import ConfigError
 from .limits import INT_MAX
+from .properties import read_server_properties
 
 __all__ = ["SERVER_CONFIGS", "SERVER_CONFIG_NAMES", "Listener", "ServerConfig", "load_server_config",
            "parse_listeners"]
@@ -60,12 +60,15 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               "created, kept small for faster compaction and loading.", low=1, high=INT_MAX),
     ConfigDef("offsets.retention.minutes", "int", 10_080, "Committed offsets of a group without members expire "
               "this long after their commit or the group becoming empty, whichever is later (tombstones).", low=1),
+    # Kafka declares no lower bound; a negative limit would refuse even empty metadata.
+    ConfigDef("offset.metadata.max.bytes", "int", 4096, "The longest metadata string an offset commit may carry, "
+              "counted in characters as Java's String.length(); a longer one's partition is not committed and "
+              "answers OFFSET_METADATA_TOO_LARGE.", low=0),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often the "
               "broker aborts the transactions open longer than their transaction.timeout.ms.", low=1),
 )
+# The keys of server.properties that are the server's; the data-directory config skips exactly these.
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
-if SERVER_CONFIG_NAMES != SERVER_KEYS:  # the data-directory config skips exactly these keys
-    raise RuntimeError(f"config.SERVER_KEYS does not match server_config's table: {SERVER_CONFIG_NAMES ^ SERVER_KEYS}")
 _BY_NAME = {d.name: d for d in SERVER_CONFIGS}
 _LISTENER_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
 
@@ -118,6 +121,7 @@ class ServerConfig:
     offsets_topic_num_partitions: int
     offsets_topic_segment_bytes: int
     offsets_retention_minutes: int
+    offset_metadata_max_bytes: int
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int
 
 
@@ -142,6 +146,7 @@ def server_config(values: Mapping[str, object]) -> ServerConfig:
         offsets_topic_num_partitions=parsed["offsets.topic.num.partitions"],
         offsets_topic_segment_bytes=parsed["offsets.topic.segment.bytes"],
         offsets_retention_minutes=parsed["offsets.retention.minutes"],
+        offset_metadata_max_bytes=parsed["offset.metadata.max.bytes"],
         transaction_abort_timed_out_transaction_cleanup_interval_ms=parsed[
             "transaction.abort.timed.out.transaction.cleanup.interval.ms"],
     )
@@ -151,12 +156,5 @@ def load_server_config(data_dir: str | os.PathLike[str], overrides: Mapping[str,
                        ) -> ServerConfig:
     """The server configs of ``<data_dir>/server.properties`` (if present) with ``overrides`` (the command
     line's) applied on top."""
-    path = Path(data_dir) / "server.properties"
-    try:
-        props: dict[str, object] = dict(parse_properties(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        props = {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    props.update(overrides or {})
+    props: dict[str, object] = {**read_server_properties(data_dir), **(overrides or {})}
     return server_config({k: v for k, v in props.items() if k in _BY_NAME})

@@ -20,11 +20,12 @@ from compactlog.config import (
     alter,
     describe_configs,
     load_broker_config,
-    parse_properties,
     producer_config,
     topic_config,
 )
 from compactlog.errors import ConfigError
+from compactlog.properties import parse_properties, read_server_properties
+from compactlog.server_config import SERVER_CONFIGS, load_server_config
 
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -602,6 +603,22 @@ def test_unknown_server_property_is_rejected(tmp_path: Path) -> None:
     assert str(path) in message
     assert "unknown broker config 'log.segment.byte'; did you mean 'log.segment.bytes'?" in message
     assert "known: log.cleanup.policy" in message
+
+
+def test_every_server_config_in_server_properties_is_left_to_the_server(tmp_path: Path) -> None:
+    # server_config's table is the one list of the server's keys: the data directory's loader skips each.
+    write_server_properties(tmp_path, "".join(f"{d.name}={d.render(d.default)}\n" for d in SERVER_CONFIGS
+                                              if d.default is not None) + "log.cleaner.threads=2\n")
+    assert load_broker_config(tmp_path) == BrokerConfig(log_cleaner_threads=2)
+    assert load_server_config(tmp_path).offset_metadata_max_bytes == 4096  # Kafka's default
+
+
+def test_unreadable_server_properties_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "server.properties").mkdir()
+    for load in (load_broker_config, load_server_config, read_server_properties):
+        with pytest.raises(ConfigError, match=r"server\.properties: ") as caught:
+            load(tmp_path)
+        assert isinstance(caught.value.__cause__, OSError)
 
 
 def test_bad_server_property_value_names_file_and_key(tmp_path: Path) -> None:

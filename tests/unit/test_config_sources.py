@@ -11,9 +11,9 @@ from compactlog.config_sources import (
     SOURCE_TOPIC,
     ConfigEntry,
     ConfigSynonym,
-    read_server_properties,
     topic_config_entries,
 )
+from compactlog.properties import read_server_properties
 
 
 def by_name(entries: list[ConfigEntry]) -> dict[str, ConfigEntry]:

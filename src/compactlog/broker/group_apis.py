@@ -10,7 +10,9 @@ Rules, as Kafka's ``KafkaApis``:
 * LeaveGroup v0-v2 leave one member (its error is the response's); v3+ batch members, each with its error;
 * OffsetCommit of a topic or partition this broker does not have is UNKNOWN_TOPIC_OR_PARTITION for that
   partition alone (the others are committed); v2-v4's retention time is not kept: offsets expire by
-  ``offsets.retention.minutes``, as Kafka 2.1+ does for every version;
+  ``offsets.retention.minutes``, as Kafka 2.1+ does for every version; a partition whose metadata is longer
+  than ``offset.metadata.max.bytes`` is not committed and answers OFFSET_METADATA_TOO_LARGE, the others are
+  (the same holds for TxnOffsetCommit); a group error still answers every partition;
 * OffsetFetch of a partition without a committed offset answers offset -1; no topics (v2+) means all the
   group's; v8+ batch groups; an unknown group has no offsets (not an error); with ``require_stable`` (v7+,
   sent by read_committed consumers) a partition whose offset an open transaction has pending answers
@@ -30,11 +32,11 @@ from ..errors import UnknownTopicOrPartitionError
 from ..network.socket_server import CLIENT_HOST
 from ..store import Store
 from .context import BrokerContext
-from .error_codes import NONE, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
+from .error_codes import NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION, UNSTABLE_OFFSET_COMMIT
 
 __all__ = ["handle_delete_groups", "handle_describe_groups", "handle_heartbeat", "handle_join_group",
            "handle_leave_group", "handle_list_groups", "handle_offset_commit", "handle_offset_delete",
-           "handle_offset_fetch", "handle_sync_group"]
+           "handle_offset_fetch", "handle_sync_group", "offset_metadata_too_large", "partition_commit_error"]
 
 CLASSIC = "classic"
 NO_OFFSET = -1
@@ -110,18 +112,35 @@ def _missing_partitions(store: Store, partitions: list[TopicPartition]) -> set[T
     return {(t, p) for t, p in partitions if not 0 <= p < counts[t]}
 
 
+def offset_metadata_too_large(metadata: str, max_bytes: int) -> bool:
+    """Kafka's ``isMetadataInvalid``: a committed offset's metadata is longer than ``offset.metadata.max.bytes``,
+    its length counted as Java's ``String.length()`` (UTF-16 code units), not in bytes despite the name."""
+    return len(metadata.encode("utf-16-le")) // 2 > max_bytes
+
+
+def partition_commit_error(missing: bool, too_large: bool, group_error: int) -> int:
+    """One partition's error in an OffsetCommit or TxnOffsetCommit response: a partition this broker does not
+    have is UNKNOWN_TOPIC_OR_PARTITION whatever the group; otherwise the group's error answers every
+    partition, and only with none does a partition with too long metadata answer OFFSET_METADATA_TOO_LARGE."""
+    if missing:
+        return UNKNOWN_TOPIC_OR_PARTITION
+    return OFFSET_METADATA_TOO_LARGE if too_large and group_error == NONE else group_error
+
+
 async def handle_offset_commit(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
     asked = [(topic.name, p.partition_index, OffsetAndMetadata(
         p.committed_offset, p.committed_leader_epoch if version >= 6 else -1, p.committed_metadata or ""))
         for topic in request.topics for p in topic.partitions]
     missing = await context.run(_missing_partitions, context.store, [(t, p) for t, p, _ in asked])
-    offsets = {(t, p): offset for t, p, offset in asked if (t, p) not in missing}
+    too_large = {(t, p) for t, p, offset in asked
+                 if offset_metadata_too_large(offset.metadata, context.config.offset_metadata_max_bytes)}
+    offsets = {(t, p): offset for t, p, offset in asked if (t, p) not in missing and (t, p) not in too_large}
     error = await context.groups.commit_offsets(
         request.group_id, request.member_id, request.group_instance_id if version >= 7 else None,
         request.generation_id_or_member_epoch, offsets)
     by_topic: dict[str, list[dict[str, int]]] = {}
     for topic, partition, _ in asked:
-        code = UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) in missing else error
+        code = partition_commit_error((topic, partition) in missing, (topic, partition) in too_large, error)
         by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
     return {"throttle_time_ms": 0,
             "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}

@@ -29,7 +29,8 @@ Rules, as Kafka's on one broker:
   generation < 0 while the group is Empty; else a ``group.instance.id`` must be registered
   (UNKNOWN_MEMBER_ID) to this member id (FENCED_INSTANCE_ID), a member id without one must be a member
   (UNKNOWN_MEMBER_ID), and the generation the group's (ILLEGAL_GENERATION). A group not known yet is
-  created empty, as Kafka does;
+  created empty, as Kafka does; metadata longer than ``offset.metadata.max.bytes`` is
+  OFFSET_METADATA_TOO_LARGE, as in OffsetCommit;
 * EndTxn writes the COMMIT or ABORT markers of the ongoing transaction into each of its partitions.
 """
 
@@ -56,6 +57,7 @@ from .error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code,
 )
+from .group_apis import offset_metadata_too_large, partition_commit_error
 
 __all__ = ["attach", "handle_add_offsets_to_txn", "handle_add_partitions_to_txn", "handle_end_txn",
            "handle_init_producer_id", "handle_txn_offset_commit", "txn_offset_commit_error"]
@@ -161,12 +163,14 @@ async def handle_txn_offset_commit(context: BrokerContext, request: Any, version
         for topic in request.topics for p in topic.partitions]
     missing = await context.run(_unknown_partitions, context,
                                 [(t, [p]) for t, p, _ in asked])
+    too_large = {(t, p) for t, p, o in asked
+                 if offset_metadata_too_large(o.metadata, context.config.offset_metadata_max_bytes)}
     code = await _txn_offset_commit(context, request, version, {(t, p): o for t, p, o in asked
-                                                                 if (t, p) not in missing})
+                                                                 if (t, p) not in missing | too_large})
     by_topic: dict[str, list[dict[str, int]]] = {}
     for topic, partition, _ in asked:
-        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code":
-                                               UNKNOWN_TOPIC_OR_PARTITION if (topic, partition) in missing else code})
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": partition_commit_error(
+            (topic, partition) in missing, (topic, partition) in too_large, code)})
     return {"throttle_time_ms": 0,
             "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}
 

@@ -25,10 +25,11 @@ from typing import Any
 
 import compactlog
 from compactlog.config import BROKER_CONFIGS
-from compactlog.config_sources import SOURCE_TOPIC, ConfigEntry, read_server_properties, topic_config_entries
+from compactlog.config_sources import SOURCE_TOPIC, ConfigEntry, topic_config_entries
 from compactlog.consumer_horizon import ConsumerPositions, partition_tombstones
 from compactlog.errors import CompactLogError
 from compactlog.partition_view import stored_tombstones
+from compactlog.properties import read_server_properties
 
 from . import log_picture
 from .common import UsageError, data_dir_parent, human_bytes, open_store, parse_config_pairs, print_json
