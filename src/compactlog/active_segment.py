@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from .columns import to_numpy
 from .errors import CorruptSegmentError
+from .faults import io_fault
 from .record import (
     CONTROL_NONE,
     NO_DELETE_HORIZON,
@@ -326,11 +327,15 @@ class ActiveSegment:
         self._add_frame(frame, batch)
 
     def flush(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = self.open_for_sync()
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def open_for_sync(self) -> int:
+        """A descriptor of the segment's file for :func:`sync_and_close`."""
+        return os.open(self.path, os.O_RDONLY)
 
     def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Batches holding offsets in ``[start_offset, end_offset)``, sliced to that range."""
@@ -356,6 +361,16 @@ class ActiveSegment:
     def to_table(self) -> pa.Table:
         batches = list(self.read_batches(self.base_offset))
         return pa.Table.from_batches(batches, SCHEMA) if batches else SCHEMA.empty_table()
+
+
+def sync_and_close(fd: int) -> None:
+    """Fsync a descriptor from :meth:`ActiveSegment.open_for_sync` (the ``log.fsync`` fault point first) and
+    close it."""
+    try:
+        io_fault("log.fsync")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _next_valid_frame(data: bytes, start: int) -> int | None:
