@@ -17,6 +17,7 @@ from compactlog import (
     InvalidRecordError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    active_segment,
 )
 from compactlog.record import HEADER_TYPE
 from compactlog.sealed_segment import SealedSegment
@@ -736,16 +737,16 @@ def test_appends_go_on_while_a_flush_fsyncs_and_the_flush_covers_what_came_befor
     log = store.log("t", 0)
     in_fsync, release = threading.Event(), threading.Event()
     synced_sizes: list[int] = []
-    real_fsync = os.fsync
+    real_sync = active_segment.sync_data
 
-    def held_fsync(fd: int) -> None:  # the flush's fsync stays in progress until released
+    def held_sync(fd: int) -> None:  # the flush's fsync stays in progress until released
         if threading.current_thread() is flusher:
             synced_sizes.append(os.fstat(fd).st_size)
             in_fsync.set()
             release.wait(10)
-        real_fsync(fd)
+        real_sync(fd)
 
-    monkeypatch.setattr(os, "fsync", held_fsync)
+    monkeypatch.setattr(active_segment, "sync_data", held_sync)
     flusher = threading.Thread(target=log.flush)
     appender = threading.Thread(target=store.append, args=("t", 0, rows(2, start=2)), kwargs={"flush": False})
     flusher.start()
