@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -127,8 +128,7 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
         kept = table if keep.null_count == 0 and pc.all(keep).as_py() else table.filter(keep)
         if kept.num_rows == 0:
             continue
-        sizes = _record_sizes(kept)
-        cumulative = pc.cumulative_sum(sizes).to_numpy() + used
+        cumulative = np.cumsum(_record_sizes(kept)) + used
         fits = int((cumulative <= limit).sum())
         if fits == 0 and at_least_one and not taken:
             fits = 1
@@ -142,13 +142,29 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
                                       timestamp_type=LOG_APPEND_TIME if append_time else CREATE_TIME)
 
 
-def _record_sizes(table: pa.Table) -> pa.Array:
-    sizes = pc.add(pc.fill_null(pc.binary_length(table.column("key")), 0),
-                   pc.fill_null(pc.binary_length(table.column("value")), 0))
+def _record_sizes(table: pa.Table) -> np.ndarray:
+    """Per row: key, value and header bytes plus RECORD_OVERHEAD (int64)."""
+    sizes = _binary_lengths(table.column("key")) + _binary_lengths(table.column("value")) + RECORD_OVERHEAD
     headers = table.column("headers")
     if headers.null_count < len(headers):
-        sizes = pc.add(sizes, pc.fill_null(header_bytes(headers), 0))
-    return pc.add(sizes, RECORD_OVERHEAD)
+        sizes += np.asarray(pc.fill_null(header_bytes(headers), 0).to_numpy(zero_copy_only=False), np.int64)
+    return sizes
+
+
+def _binary_lengths(column: pa.ChunkedArray) -> np.ndarray:
+    """Per row, the length of a binary column's value (0 for null), read from its offsets buffer."""
+    parts = []
+    for chunk in column.chunks:
+        if chunk.type != pa.binary():  # not the stored type: let Arrow measure it
+            parts.append(np.asarray(pc.fill_null(pc.binary_length(chunk), 0).to_numpy(zero_copy_only=False),
+                                    np.int64))
+            continue
+        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        lengths = np.diff(offsets).astype(np.int64)
+        if chunk.null_count:  # a null's slot may span bytes: it counts none
+            lengths[~chunk.is_valid().to_numpy(zero_copy_only=False)] = 0
+        parts.append(lengths)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 async def handle_list_offsets(context: BrokerContext, request: Any, version: int,
