@@ -28,7 +28,11 @@ How a run is laid out, and why:
   arguments (its keyword parsing costs about half as much CPU again as the call itself) and ``poll(0)``
   every :data:`POLL_EVERY` messages to serve delivery reports as they come; a consumer asks for the topic's
   metadata before the clock starts, so that ``assign`` finds the partition's leader known (otherwise
-  librdkafka retries its offset lookup on a fixed 500 ms timer, which would be measured as consume time).
+  librdkafka retries its offset lookup on a fixed 500 ms timer, which would be measured as consume time);
+  its ``fetch.queue.backoff.ms`` is 10 ms, not the default 1,000: librdkafka stops fetching while its queue
+  holds ``queued.min.messages`` (100k) and waits that long before it looks again, so a broker that fetches
+  faster than the Python loop consumes would be measured as mostly idle seconds (its documentation says to
+  lower it when one sees ~1 s pauses between messages).
 
 Run: ``python benchmarks/bench_protocol.py [--records N] [--keys K] [--runs R] [--no-anchor]``.
 """
@@ -150,7 +154,8 @@ def consume(broker: Broker, first: int, last: int) -> float:
 
     consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
                                          "enable.auto.commit": False, "enable.partition.eof": True,
-                                         "fetch.max.bytes": 52_428_800, **broker.client_config})
+                                         "fetch.max.bytes": 52_428_800, "fetch.queue.backoff.ms": 10,
+                                         **broker.client_config})
     consumer.list_topics(TOPIC, timeout=60)  # the leader is known before assign (see the module docstring)
     offset = first - 1
     started = time.perf_counter()
