@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..columns import binary_lengths, from_numpy, to_numpy
 from ..errors import CompactLogError, OffsetOutOfRangeError
 from ..log import reads
 from ..protocol.record_batch import CREATE_TIME, LOG_APPEND_TIME, encode_batches
@@ -123,9 +124,9 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
     taken: list[pa.Table] = []
     used = 0
     for table in log.read_tables(read.fetch_offset, end, columns=FETCH_COLUMNS, include_control=True):
-        keep = pc.not_equal(table.column("control_type"), CONTROL_EMPTY_BATCH)
+        keep = to_numpy(table.column("control_type")) != CONTROL_EMPTY_BATCH
         # Filtering copies every column: done only when some row goes.
-        kept = table if keep.null_count == 0 and pc.all(keep).as_py() else table.filter(keep)
+        kept = table if keep.all() else table.filter(from_numpy(keep))
         if kept.num_rows == 0:
             continue
         cumulative = np.cumsum(_record_sizes(kept)) + used
@@ -144,27 +145,11 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
 
 def _record_sizes(table: pa.Table) -> np.ndarray:
     """Per row: key, value and header bytes plus RECORD_OVERHEAD (int64)."""
-    sizes = _binary_lengths(table.column("key")) + _binary_lengths(table.column("value")) + RECORD_OVERHEAD
+    sizes = binary_lengths(table.column("key")) + binary_lengths(table.column("value")) + RECORD_OVERHEAD
     headers = table.column("headers")
     if headers.null_count < len(headers):
         sizes += np.asarray(pc.fill_null(header_bytes(headers), 0).to_numpy(zero_copy_only=False), np.int64)
     return sizes
-
-
-def _binary_lengths(column: pa.ChunkedArray) -> np.ndarray:
-    """Per row, the length of a binary column's value (0 for null), read from its offsets buffer."""
-    parts = []
-    for chunk in column.chunks:
-        if chunk.type != pa.binary():  # not the stored type: let Arrow measure it
-            parts.append(np.asarray(pc.fill_null(pc.binary_length(chunk), 0).to_numpy(zero_copy_only=False),
-                                    np.int64))
-            continue
-        offsets = np.frombuffer(chunk.buffers()[1], np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-        lengths = np.diff(offsets).astype(np.int64)
-        if chunk.null_count:  # a null's slot may span bytes: it counts none
-            lengths[~chunk.is_valid().to_numpy(zero_copy_only=False)] = 0
-        parts.append(lengths)
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 async def handle_list_offsets(context: BrokerContext, request: Any, version: int,
