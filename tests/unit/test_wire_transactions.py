@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import compactlog
+from compactlog import active_segment
 from compactlog.broker.context import BrokerContext
 from compactlog.broker.error_codes import (
     CONCURRENT_TRANSACTIONS,
@@ -249,8 +250,9 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
     pid, epoch = coordinator.init_producer("app", 60_000)
     store.log("out", 0)  # opened before counting: opening a partition writes files of its own
     synced: list[int] = []
-    real_fsync = os.fsync
+    real_fsync, real_sync_data = os.fsync, active_segment.sync_data  # a segment's appends: fdatasync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(active_segment, "sync_data", lambda fd: (synced.append(fd), real_sync_data(fd))[1])
 
     def one_transaction(sequence: int) -> int:
         synced.clear()
