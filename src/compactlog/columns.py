@@ -13,7 +13,7 @@ its values would be read (the record columns that are converted are all not-null
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +61,29 @@ def is_null(column: Column) -> np.ndarray:
     if array.type == pa.null():
         return np.ones(len(array), dtype=bool)
     return ~_bits(array.buffers()[0], array.offset, len(array))
+
+
+def binary_lengths(column: Column) -> np.ndarray:
+    """Per row, the byte length of a binary or string column's value, 0 for a null (int64), read from the
+    offsets buffer of each chunk: a null's slot may span bytes, so nulls are zeroed by the validity bitmap."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = []
+    for chunk in chunks:
+        width: np.dtype[Any]
+        if pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type):
+            width = np.dtype(np.int64)
+        elif pa.types.is_binary(chunk.type) or pa.types.is_string(chunk.type):
+            width = np.dtype(np.int32)
+        else:
+            raise TypeError(f"binary_lengths takes binary or string columns, not {chunk.type}")
+        if len(chunk) == 0:
+            continue
+        offsets = np.frombuffer(chunk.buffers()[1], width, count=len(chunk) + 1, offset=chunk.offset * width.itemsize)
+        lengths = np.diff(offsets).astype(np.int64)
+        if chunk.null_count:
+            lengths[~_bits(chunk.buffers()[0], chunk.offset, len(chunk))] = 0
+        parts.append(lengths)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 _TYPES = {np.dtype(np.int8): pa.int8(), np.dtype(np.int16): pa.int16(), np.dtype(np.int32): pa.int32(),

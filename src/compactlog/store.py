@@ -314,11 +314,13 @@ class Store:
             self._coordinator = TransactionCoordinator(self)
         return self._coordinator
 
-    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int:
-        """Append a COMMIT or ABORT marker for a producer's transaction (fsynced); returns its offset."""
+    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+                     flush: bool = True) -> int:
+        """Append a COMMIT or ABORT marker for a producer's transaction (fsynced; with ``flush=False`` once
+        the partition's ``log(...).flush()`` returns); returns its offset."""
         self.check_writable(f"write a transaction marker to {topic}-{partition}")
         return self.log(topic, partition).append_marker(producer_id, epoch,
-                                                        CONTROL_COMMIT if commit else CONTROL_ABORT)
+                                                        CONTROL_COMMIT if commit else CONTROL_ABORT, flush=flush)
 
     def last_stable_offset(self, topic: str, partition: int) -> int:
         """The first offset of the oldest open transaction in the partition, else its log end offset:

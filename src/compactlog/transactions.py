@@ -72,6 +72,7 @@ from .errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
+from .flush import flush_logs
 from .transaction_transitions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -148,7 +149,8 @@ class CoordinatedStore(Protocol):
 
     def log(self, topic: str, partition: int) -> Log: ...
 
-    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool) -> int: ...
+    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
+                     flush: bool = True) -> int: ...
 
 
 def read_transaction_state(path: str) -> TransactionMetadata:
@@ -408,16 +410,24 @@ class TransactionCoordinator:
 
     def _write_markers(self, meta: TransactionMetadata, partitions: list[TopicPartition], commit: bool,
                        epoch: int) -> None:
-        written = False
-        for topic, partition in partitions:
-            try:
-                log = self.store.log(topic, partition)
-            except UnknownTopicOrPartitionError:
-                continue  # the topic was deleted while the transaction was open: nothing left to mark
-            if log.open_transaction(meta.producer_id) is None:
-                continue  # already ended there (a completed commit being finished again)
-            self.store.write_marker(topic, partition, meta.producer_id, epoch, commit)
-            written = True
+        # Every marker is appended first, then all are fsynced together (flush_logs: concurrently, one wait
+        # for the disk instead of one a partition); nothing after this returns before all are durable. A
+        # crash before that is what a crash between two fsynced markers was: a commit across several
+        # partitions is PrepareCommit (fsynced before the first marker) and is completed; a one-partition
+        # commit or an abort, never answered, leaves an open transaction that the expiry aborts.
+        written: list[Log] = []
+        try:
+            for topic, partition in partitions:
+                try:
+                    log = self.store.log(topic, partition)
+                except UnknownTopicOrPartitionError:
+                    continue  # the topic was deleted while the transaction was open: nothing left to mark
+                if log.open_transaction(meta.producer_id) is None:
+                    continue  # already ended there (a completed commit being finished again)
+                self.store.write_marker(topic, partition, meta.producer_id, epoch, commit, flush=False)
+                written.append(log)
+        finally:  # the markers written before a failure are made durable too, as each was when fsynced alone
+            flush_logs(written)
         if written:
             for listener in self.completion_listeners:
                 listener(meta.producer_id, commit)

@@ -99,3 +99,25 @@ def test_only_a_v2_batch_with_the_transactional_bit_makes_a_request_transactiona
     legacy.append(0, 0x10 << 24, b"k", b"v")  # this timestamp byte sits where v2 has the attributes' low byte
     assert has_transactional_records([None, transactional(False), transactional(True)])
     assert not has_transactional_records([None, b"", transactional(False), bytes(legacy.build())])
+
+
+def test_fetch_record_sizes_count_key_value_and_header_bytes_and_nothing_for_a_null() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from compactlog.broker.fetch import RECORD_OVERHEAD, _record_sizes
+    from compactlog.record import HEADER_TYPE
+
+    # A null whose slot spans bytes (legal Arrow: offsets 2..5 under a clear validity bit), then a slice.
+    values = pa.Array.from_buffers(pa.binary(), 4, [pa.py_buffer(bytes([0b1101])), pa.py_buffer(
+        np.array([0, 2, 5, 5, 9], np.int32).tobytes()), pa.py_buffer(b"aabbbcccc")])
+    keys = pa.array([b"k", b"kk", b"kkk", b"kkkk"])
+    headers = pa.array([None, [{"key": "h", "value": b"vv"}], None, None], HEADER_TYPE)
+    table = pa.table({"key": keys, "value": values, "headers": headers})
+    assert _record_sizes(table).tolist() == [1 + 2 + RECORD_OVERHEAD, 2 + 0 + 3 + RECORD_OVERHEAD,
+                                             3 + 0 + RECORD_OVERHEAD, 4 + 4 + RECORD_OVERHEAD]
+    sliced = pa.Table.from_batches([table.to_batches()[0].slice(1, 2)])
+    assert _record_sizes(sliced).tolist() == [2 + 0 + 3 + RECORD_OVERHEAD, 3 + 0 + RECORD_OVERHEAD]
+    chunked = pa.table({"key": pa.chunked_array([keys[:1], keys[1:]]), "value": pa.chunked_array([values]),
+                        "headers": pa.chunked_array([headers])})
+    assert _record_sizes(chunked).tolist() == _record_sizes(table).tolist()

@@ -84,3 +84,18 @@ def test_from_numpy_refuses_what_it_cannot_convert() -> None:
 def test_repeat_is_pa_repeat(value: object, type_: pa.DataType) -> None:
     for n in (0, 1, 9, 1000):
         assert repeat(value, type_, n).equals(pa.repeat(pa.scalar(value, type_), n))
+
+
+def test_binary_lengths_read_the_offsets_and_count_nothing_for_a_null() -> None:
+    from compactlog.columns import binary_lengths
+
+    # The null at index 1 spans bytes 2..5 (legal Arrow under a clear validity bit).
+    array = pa.Array.from_buffers(pa.binary(), 4, [pa.py_buffer(bytes([0b1101])), pa.py_buffer(
+        np.array([0, 2, 5, 5, 9], np.int32).tobytes()), pa.py_buffer(b"aabbbcccc")])
+    assert binary_lengths(array).tolist() == [2, 0, 0, 4]
+    assert binary_lengths(array.slice(1, 3)).tolist() == [0, 0, 4]
+    assert binary_lengths(pa.chunked_array([array.slice(0, 1), array.slice(3)])).tolist() == [2, 4]
+    assert binary_lengths(pa.array(["é", None, "abc"], pa.large_string())).tolist() == [2, 0, 3]
+    assert binary_lengths(pa.chunked_array([], pa.binary())).tolist() == []
+    with pytest.raises(TypeError, match="binary or string"):
+        binary_lengths(pa.array([1, 2]))

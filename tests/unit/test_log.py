@@ -17,6 +17,7 @@ from compactlog import (
     InvalidRecordError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    active_segment,
 )
 from compactlog.record import HEADER_TYPE
 from compactlog.sealed_segment import SealedSegment
@@ -725,3 +726,39 @@ def test_reads_during_appends_and_rolls_see_a_whole_prefix(store: compactlog.Sto
     assert not errors, errors[0]
     assert len(store.describe("t")[0].segments) > 10
     assert seen == sorted(seen)
+
+
+def test_appends_go_on_while_a_flush_fsyncs_and_the_flush_covers_what_came_before(
+        store: compactlog.Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    store.create_topic("t")
+    store.append("t", 0, rows(2), flush=False)
+    log = store.log("t", 0)
+    in_fsync, release = threading.Event(), threading.Event()
+    synced_sizes: list[int] = []
+    real_sync = active_segment.sync_data
+
+    def held_sync(fd: int) -> None:  # the flush's fsync stays in progress until released
+        if threading.current_thread() is flusher:
+            synced_sizes.append(os.fstat(fd).st_size)
+            in_fsync.set()
+            release.wait(10)
+        real_sync(fd)
+
+    monkeypatch.setattr(active_segment, "sync_data", held_sync)
+    flusher = threading.Thread(target=log.flush)
+    appender = threading.Thread(target=store.append, args=("t", 0, rows(2, start=2)), kwargs={"flush": False})
+    flusher.start()
+    try:
+        assert in_fsync.wait(10)
+        appender.start()
+        appender.join(10)
+        assert not appender.is_alive(), "the append waited for the fsync"
+    finally:
+        release.set()
+        flusher.join()
+        if appender.ident is not None:
+            appender.join()
+    assert synced_sizes[0] == store.log("t", 0).active.frames[0].size  # the first append's frame, whole
+    assert [r[2] for r in contents(store)] == [b"k0", b"k1", b"k2", b"k3"]

@@ -434,3 +434,23 @@ def test_read_parquet_is_pq_read_table(tmp_path: Path, sizes: list[int], columns
     got = read_parquet(path, columns)
     assert got.equals(pq.read_table(path, columns=columns))
     assert pq.ParquetFile(path).metadata.num_row_groups == len(sizes)
+
+
+def test_a_sequential_reader_decodes_each_frame_once(active: ActiveSegment,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactlog import active_segment
+
+    active.append(batch([10, 11, 12]))
+    active.append(batch([13, 14]))
+    reads: list[int] = []
+    real_read = active_segment._read_payload
+    monkeypatch.setattr(active_segment, "_read_payload",
+                        lambda fd, frame: reads.append(frame.base_offset) or real_read(fd, frame))
+    # Fetches as a consumer makes them: each starts inside the frame the previous one ended in.
+    assert offsets_of(list(active.read_batches(10, 12))) == [10, 11]
+    assert offsets_of(list(active.read_batches(12, 14))) == [12, 13]
+    assert offsets_of(list(active.read_batches(14))) == [14]
+    assert reads == [10, 13]
+    reopened, _ = ActiveSegment.open(active.path, 10, truncate=False)  # a new object reads the file again
+    assert offsets_of(list(reopened.read_batches(11))) == [11, 12, 13, 14]
+    assert reads == [10, 13, 10, 13]

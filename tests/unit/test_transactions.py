@@ -312,11 +312,11 @@ def test_a_commit_cut_short_between_markers_is_completed_not_aborted(tmp_path: P
     written: list[int] = []
     real = compactlog.Store.write_marker
 
-    def dying(self: compactlog.Store, topic: str, partition: int, *args: object) -> int:
+    def dying(self: compactlog.Store, topic: str, partition: int, *args: object, **kwargs: object) -> int:
         if written:
             raise Crash()
         written.append(partition)
-        return real(self, topic, partition, *args)  # type: ignore[arg-type]
+        return real(self, topic, partition, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(compactlog.Store, "write_marker", dying)
     with pytest.raises(Crash):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import compactlog
+from compactlog import active_segment
 from compactlog.broker.context import BrokerContext
 from compactlog.broker.error_codes import (
     CONCURRENT_TRANSACTIONS,
@@ -42,6 +44,7 @@ from compactlog.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
 )
+from compactlog.log import Log
 from compactlog.maintenance import plan_transaction_expiry
 from compactlog.server_config import server_config
 from support import FakeClock
@@ -278,8 +281,9 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
     pid, epoch = coordinator.init_producer("app", 60_000)
     store.log("out", 0)  # opened before counting: opening a partition writes files of its own
     synced: list[int] = []
-    real_fsync = os.fsync
+    real_fsync, real_sync_data = os.fsync, active_segment.sync_data  # a segment's appends: fdatasync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(active_segment, "sync_data", lambda fd: (synced.append(fd), real_sync_data(fd))[1])
 
     def one_transaction(sequence: int) -> int:
         synced.clear()
@@ -294,6 +298,38 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
     assert second == 1  # then only the COMMIT marker (which also makes the transaction's rows durable)
 
 
+def test_end_txn_fsyncs_its_markers_together_and_answers_once_all_are_durable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = compactlog.open(str(tmp_path), clock=FakeClock())
+    store.create_topic("out", 4, {"cleanup.policy": "delete"})
+    coordinator = store.transactions
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    partitions = [("out", p) for p in range(4)]
+    coordinator.add_to_transaction("app", pid, epoch, partitions)
+    for _, partition in partitions:
+        store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+    events: list[tuple[str, int]] = []
+    barrier = threading.Barrier(4, timeout=10)  # broken (an error) unless the four fsyncs overlap
+    append_marker, flush = Log.append_marker, Log.flush
+
+    def recorded_marker(log: Log, *args: Any, **kwargs: Any) -> int:
+        events.append(("marker", log.partition))
+        return append_marker(log, *args, **kwargs)
+
+    def recorded_flush(log: Log) -> None:
+        barrier.wait()
+        flush(log)
+        events.append(("fsynced", log.partition))
+
+    monkeypatch.setattr(Log, "append_marker", recorded_marker)
+    monkeypatch.setattr(Log, "flush", recorded_flush)
+    coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    # every marker appended first, then each partition fsynced once after its marker, before the answer
+    assert sorted(events[:4]) == [("marker", p) for p in range(4)]
+    assert sorted(events[4:]) == [("fsynced", p) for p in range(4)]
+    assert all(values(store, p, "read_committed") == [b"v"] for p in range(4))
+
+
 def test_a_wire_commit_cut_short_between_markers_is_completed_by_the_next_expiry_pass(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = open_store(tmp_path, FakeClock())
@@ -304,10 +340,10 @@ def test_a_wire_commit_cut_short_between_markers_is_completed_by_the_next_expiry
         store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
     write_marker = store.write_marker
 
-    def crash_after_the_first(topic: str, partition: int, *args: Any) -> int:
+    def crash_after_the_first(topic: str, partition: int, *args: Any, **kwargs: Any) -> int:
         if partition == 1:
             raise OSError("the process died here")
-        return write_marker(topic, partition, *args)
+        return write_marker(topic, partition, *args, **kwargs)
 
     monkeypatch.setattr(store, "write_marker", crash_after_the_first)
     with pytest.raises(OSError):

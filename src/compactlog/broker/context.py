@@ -16,6 +16,7 @@ from ..log import Log
 from ..server_config import Listener, ServerConfig
 from ..store import Store
 from .fetch_purgatory import FetchPurgatory
+from .fetch_read_ahead import ReadAheads
 from .group_commit import GroupCommit
 
 __all__ = ["STORAGE_THREADS", "BrokerContext", "open_log"]
@@ -45,6 +46,7 @@ class BrokerContext:
         self.cluster_id = store.directory_id or "compactlog"
         self.advertised: dict[str, Listener] = {}
         self.purgatory = FetchPurgatory()
+        self.read_aheads = ReadAheads()
         self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="compactlog-storage")
         self.group_commit = GroupCommit(self.run)
         self.groups = GroupCoordinator(GroupMetadataManager(store, config), config, self.run, store.clock)

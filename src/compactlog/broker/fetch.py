@@ -27,13 +27,18 @@ answered as offset -1 and timestamp -1. Transaction markers are never the record
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..active_segment import ActiveSegment
+from ..columns import binary_lengths, from_numpy, to_numpy
 from ..errors import CompactLogError, OffsetOutOfRangeError
 from ..log import reads
 from ..protocol.record_batch import CREATE_TIME, LOG_APPEND_TIME, encode_batches
@@ -41,6 +46,7 @@ from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
 from .context import BrokerContext, open_log
 from .error_codes import NONE, error_code
+from .fetch_read_ahead import ReadAhead, ReadAheadKey, is_usable
 
 __all__ = ["handle_fetch", "handle_list_offsets"]
 
@@ -65,6 +71,8 @@ class PartitionFetch:
     log_start_offset: int = -1
     aborted: list[dict[str, int]] | None = None
     records: bytes = b""
+    next_offset: int = -1  # the offset after the last record answered
+    read_ahead: bool = False  # answered with records read ahead (:mod:`.fetch_read_ahead`)
 
 
 async def handle_fetch(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
@@ -72,13 +80,22 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     partitions = [PartitionFetch(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in request.topics for p in t.partitions]
+    # One partition, read_uncommitted: a consumer's fetch, which may find its records read ahead.
+    key = _read_ahead_key(partitions[0], request.max_bytes) if len(partitions) == 1 and not committed else None
+    ahead = await context.read_aheads.take(key) if key is not None else None
     while True:
-        read = await context.run(_read_all, context.store, partitions, committed, request.max_bytes)
+        read = await context.run(_read_all, context.store, partitions, committed, request.max_bytes, ahead)
+        ahead = None  # a read after waiting reads afresh
         size = sum(len(p.records) for p in read)
         remaining = deadline - time.monotonic()
         if size >= request.min_bytes or remaining <= 0 or any(p.error != NONE for p in read):
             break
         await context.purgatory.wait([(p.topic, p.partition) for p in partitions], remaining)
+    if key is not None and read[0].error == NONE and read[0].records:
+        context.read_aheads.used += read[0].read_ahead
+        following = dataclasses.replace(partitions[0], fetch_offset=read[0].next_offset)
+        context.read_aheads.put(_read_ahead_key(following, request.max_bytes), asyncio.get_running_loop(
+            ).run_in_executor(context.executor, _read_ahead, context.store, following, request.max_bytes))
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for p in read:
         by_topic.setdefault(p.topic, []).append({
@@ -89,14 +106,32 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
             "responses": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]}
 
 
-def _read_all(store: Store, asked: list[PartitionFetch], committed: bool, max_bytes: int) -> list[PartitionFetch]:
+def _read_ahead_key(ask: PartitionFetch, max_bytes: int) -> ReadAheadKey:
+    return ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes, max_bytes
+
+
+def _read_ahead(store: Store, ask: PartitionFetch, max_bytes: int) -> ReadAhead | None:
+    """The records a fetch of ``ask`` (one partition, read_uncommitted) would answer, if all lie in the
+    active segment; None otherwise (:mod:`.fetch_read_ahead`)."""
+    read = PartitionFetch(ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes)
+    try:
+        active = _read_partition(store, read, False, min(read.max_bytes, max(0, max_bytes)), at_least_one=True,
+                                 active_only=True)
+    except CompactLogError:  # no read-ahead: the fetch that follows reads, and answers the error itself
+        return None
+    return ReadAhead(active, read.records, read.next_offset) if read.records else None
+
+
+def _read_all(store: Store, asked: list[PartitionFetch], committed: bool, max_bytes: int,
+              ahead: ReadAhead | None = None) -> list[PartitionFetch]:
     budget = max(0, max_bytes)
     out: list[PartitionFetch] = []
     for ask in asked:
         read = PartitionFetch(ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes)
         try:
             first = not any(p.records for p in out)
-            _read_partition(store, read, committed, min(read.max_bytes, budget), at_least_one=first)
+            _read_partition(store, read, committed, min(read.max_bytes, budget), at_least_one=first,
+                            ahead=ahead if first else None)
         except CompactLogError as e:
             read.error, read.records = error_code(e), b""
         budget -= len(read.records)
@@ -104,31 +139,40 @@ def _read_all(store: Store, asked: list[PartitionFetch], committed: bool, max_by
     return out
 
 
-def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: int, at_least_one: bool) -> None:
+def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: int, at_least_one: bool, *,
+                    ahead: ReadAhead | None = None, active_only: bool = False) -> ActiveSegment:
+    """Fill ``read``; returns the partition's active segment as of its offsets. ``ahead``: records read
+    ahead for this fetch, used if still valid; ``active_only``: read nothing unless the fetch offset lies in
+    the active segment (a read-ahead)."""
     log = open_log(store, read.topic, read.partition)
     with log.locked():  # one consistent view of the offsets
         read.high_watermark = log.log_end_offset
         read.last_stable_offset = log.last_stable_offset
         read.log_start_offset = log.log_start_offset
+        active = log.active
     if not read.log_start_offset <= read.fetch_offset <= read.high_watermark:
         raise OffsetOutOfRangeError(f"{read.topic}-{read.partition}: fetch offset {read.fetch_offset} is outside "
                                     f"[{read.log_start_offset}, {read.high_watermark}]")
+    if ahead is not None and not committed and is_usable(ahead, active):
+        read.records, read.next_offset, read.read_ahead = ahead.records, ahead.next_offset, True
+        return active
+    if active_only and read.fetch_offset < active.base_offset:
+        return active
     end = read.last_stable_offset if committed else read.high_watermark
     if committed:
         read.aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                         for a in log.aborted_transactions(read.fetch_offset, end)]
     if read.fetch_offset >= end or (limit <= 0 and not at_least_one):
-        return
+        return active
     taken: list[pa.Table] = []
     used = 0
     for table in log.read_tables(read.fetch_offset, end, columns=FETCH_COLUMNS, include_control=True):
-        keep = pc.not_equal(table.column("control_type"), CONTROL_EMPTY_BATCH)
+        keep = to_numpy(table.column("control_type")) != CONTROL_EMPTY_BATCH
         # Filtering copies every column: done only when some row goes.
-        kept = table if keep.null_count == 0 and pc.all(keep).as_py() else table.filter(keep)
+        kept = table if keep.all() else table.filter(from_numpy(keep))
         if kept.num_rows == 0:
             continue
-        sizes = _record_sizes(kept)
-        cumulative = pc.cumulative_sum(sizes).to_numpy() + used
+        cumulative = np.cumsum(_record_sizes(kept)) + used
         fits = int((cumulative <= limit).sum())
         if fits == 0 and at_least_one and not taken:
             fits = 1
@@ -136,19 +180,22 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
         used = int(cumulative[fits - 1]) if fits else used
         if fits < kept.num_rows:
             break
+    taken = [table for table in taken if table.num_rows]
     if taken:
         append_time = store.topic_config(read.topic).message_timestamp_type == "LogAppendTime"
         read.records = encode_batches(pa.concat_tables(taken),
                                       timestamp_type=LOG_APPEND_TIME if append_time else CREATE_TIME)
+        read.next_offset = int(to_numpy(taken[-1].column("offset"))[-1]) + 1
+    return active
 
 
-def _record_sizes(table: pa.Table) -> pa.Array:
-    sizes = pc.add(pc.fill_null(pc.binary_length(table.column("key")), 0),
-                   pc.fill_null(pc.binary_length(table.column("value")), 0))
+def _record_sizes(table: pa.Table) -> np.ndarray:
+    """Per row: key, value and header bytes plus RECORD_OVERHEAD (int64)."""
+    sizes = binary_lengths(table.column("key")) + binary_lengths(table.column("value")) + RECORD_OVERHEAD
     headers = table.column("headers")
     if headers.null_count < len(headers):
-        sizes = pc.add(sizes, pc.fill_null(header_bytes(headers), 0))
-    return pc.add(sizes, RECORD_OVERHEAD)
+        sizes += np.asarray(pc.fill_null(header_bytes(headers), 0).to_numpy(zero_copy_only=False), np.int64)
+    return sizes
 
 
 async def handle_list_offsets(context: BrokerContext, request: Any, version: int,

@@ -3,7 +3,8 @@
 A Produce appends its batches without fsyncing them (``store.append(..., flush=False)``), then asks
 :meth:`GroupCommit.durable` for its partitions' logs and answers once that returns. One flush round at a
 time runs in the storage threads: it fsyncs every log asked for since the previous round began (each once,
-however many requests appended to it) and then releases exactly the requests that asked before it began.
+however many requests appended to it; the logs concurrently, :func:`compactlog.flush.flush_logs`) and then
+releases exactly the requests that asked before it began.
 Requests that ask while a round runs wait for the next round, which starts as soon as this one ends: so
 under load the fsyncs of many small requests on many partitions become one round, and an idle server
 still fsyncs a lone request at once.
@@ -21,6 +22,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from ..flush import flush_logs
 from ..log import Log
 
 __all__ = ["GroupCommit"]
@@ -56,7 +58,7 @@ class GroupCommit:
                 logs, waiters = list(self._logs.values()), self._waiters
                 self._logs, self._waiters = {}, []
                 try:
-                    await self._run(_flush_all, logs)
+                    await self._run(flush_logs, logs)
                 except Exception as e:
                     for waiter in waiters:
                         if not waiter.done():
@@ -70,13 +72,3 @@ class GroupCommit:
         finally:
             self._round = None
 
-
-def _flush_all(logs: list[Log]) -> None:
-    error: Exception | None = None
-    for log in logs:
-        try:
-            log.flush()
-        except Exception as e:  # flush every log still, then report the first failure
-            error = error or e
-    if error is not None:
-        raise error

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns
+from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns, sync_and_close
 from ..cleaner.plan import SegmentStats, idle_roll_due
 from ..columns import from_numpy, repeat, to_numpy
 from ..data_dir import open_partition_lock
@@ -262,7 +262,7 @@ class Log:
                     rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
                     self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
                 if flush:
-                    self._fsync_active()
+                    sync_and_close(self._active.open_for_sync())
             except OSError as e:
                 self._undo_append(active, size)
                 raise KafkaStorageError(f"{self.topic}-{self.partition}: append of {n} rows at offset "
@@ -280,10 +280,6 @@ class Log:
                     os.fsync(f.fileno())
         finally:
             self._sealed, self._active = self._open()
-
-    def _fsync_active(self) -> None:
-        io_fault("log.fsync")
-        self._active.flush()
 
     def append_producer_batch(self, rows: pa.Table, producer_id: int, epoch: int, base_sequence: int,
                               transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
@@ -345,12 +341,14 @@ class Log:
             self._producers.manager.expire(now_ms, expiration_ms)
 
     def flush(self) -> None:
-        """Fsync the active segment; an I/O error is a :class:`~compactlog.errors.KafkaStorageError`."""
+        """Fsync the frames appended before this call; an I/O error is a KafkaStorageError. The lock is held
+        only to open the file: appends go on during the fsync (a roll meanwhile fsyncs its own frames)."""
         with self.locked():
-            try:
-                self._fsync_active()
-            except OSError as e:
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: fsync failed: {e}") from e
+            fd = self._active.open_for_sync()
+        try:
+            sync_and_close(fd)
+        except OSError as e:
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: fsync failed: {e}") from e
 
     def roll(self) -> bool:
         """Seal the active segment now; a no-op when it is empty. Returns whether a segment was sealed."""

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..columns import binary_lengths
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, HEADER_TYPE, header_bytes
 from . import _record_batch
@@ -215,7 +216,8 @@ def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None 
     batches. ``max_bytes``: stop before the batch that would pass it, but return at least one whole batch
     (Kafka's fetch rule)."""
     check_codec(compression)
-    missing = [name for name in _ENCODE_COLUMNS if name not in table.column_names]
+    names = set(table.column_names)
+    missing = [name for name in _ENCODE_COLUMNS if name not in names]
     if missing:
         raise InvalidRecordError(f"encode_batches needs the columns of compactlog.record.SCHEMA; missing {missing}")
     n = table.num_rows
@@ -306,7 +308,7 @@ def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None 
 
 
 def _lengths(column: pa.Array) -> np.ndarray:
-    return np.asarray(pc.fill_null(pc.binary_length(column), 0).to_numpy(zero_copy_only=False), np.int64)
+    return binary_lengths(column if column.type == pa.binary() else column.cast(pa.binary()))
 
 
 def _binary_args(column: pa.Array) -> tuple:
