@@ -21,7 +21,13 @@ _logs: dict[int, Any] = {}  # pid -> the file its stderr goes to
 
 def start_broker(data_dir: str, *args: str) -> tuple[subprocess.Popen[str], int]:
     """Start a broker on ``data_dir`` listening on 127.0.0.1 (a free port); returns the process and the port
-    once it listens. Stop it with :func:`stop_broker`."""
+    once it listens. Stop it with :func:`stop_broker`.
+
+    Its cleaner service passes once at start and then idles (``log.cleaner.backoff.ms`` one hour, unless the
+    data directory's server.properties sets it): the tests' topics compact at once when a pass comes
+    (``max.compaction.lag.ms`` 1 ms, records timestamped years ago), so a pass in the middle of a test would
+    clean what the test is about to read; a test compacts with :func:`compaction.clean` when it means to."""
+    _idle_cleaner(data_dir)
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by stop_broker) not a pipe: it never fills
     proc = subprocess.Popen([*BROKER_COMMAND, "--data-dir", data_dir, "--listeners", "PLAINTEXT://127.0.0.1:0",
@@ -36,6 +42,15 @@ def start_broker(data_dir: str, *args: str) -> tuple[subprocess.Popen[str], int]
     except BaseException:
         stop_broker(proc)
         raise
+
+
+def _idle_cleaner(data_dir: str) -> None:
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, "server.properties")
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else ""  # noqa: SIM115
+    if "log.cleaner.backoff.ms" not in text:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(("" if not text or text.endswith("\n") else "\n") + "log.cleaner.backoff.ms=3600000\n")
 
 
 def stop_broker(proc: subprocess.Popen[str]) -> str:
