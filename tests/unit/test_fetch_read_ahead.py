@@ -105,3 +105,11 @@ def test_read_aheads_keep_the_newest_few() -> None:
         return [await read_aheads.take(("t", 0, offset, 1, 1)) for offset in (0, 1, 2, 2)]
 
     assert asyncio.run(scenario()) == [None, 1, 2, None]  # the oldest dropped; each used once
+
+
+def test_only_fetches_of_modest_limits_are_read_ahead() -> None:
+    from compactlog.broker.fetch_read_ahead import READ_AHEAD_MAX_BYTES, worth_reading_ahead
+
+    assert worth_reading_ahead(1 << 20, 50 << 20)  # librdkafka's defaults: 1 MiB a partition
+    assert worth_reading_ahead(READ_AHEAD_MAX_BYTES + 1, READ_AHEAD_MAX_BYTES)  # the smaller limit counts
+    assert not worth_reading_ahead(READ_AHEAD_MAX_BYTES + 1, 50 << 20)

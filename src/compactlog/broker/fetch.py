@@ -46,7 +46,7 @@ from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
 from .context import BrokerContext, open_log
 from .error_codes import NONE, error_code
-from .fetch_read_ahead import ReadAhead, ReadAheadKey, is_usable
+from .fetch_read_ahead import ReadAhead, ReadAheadKey, is_usable, worth_reading_ahead
 
 __all__ = ["handle_fetch", "handle_list_offsets"]
 
@@ -81,7 +81,8 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
     partitions = [PartitionFetch(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in request.topics for p in t.partitions]
     # One partition, read_uncommitted: a consumer's fetch, which may find its records read ahead.
-    key = _read_ahead_key(partitions[0], request.max_bytes) if len(partitions) == 1 and not committed else None
+    key = (_read_ahead_key(partitions[0], request.max_bytes) if len(partitions) == 1 and not committed
+           and worth_reading_ahead(partitions[0].max_bytes, request.max_bytes) else None)
     ahead = await context.read_aheads.take(key) if key is not None else None
     while True:
         read = await context.run(_read_all, context.store, partitions, committed, request.max_bytes, ahead)

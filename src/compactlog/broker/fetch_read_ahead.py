@@ -14,7 +14,9 @@ Rules, so that an answer read ahead is one a read at the moment of the fetch cou
   cleaner never touches it, so the records read are still those at their offsets;
 * the answer's high watermark, last stable offset and log start offset are read when it is used; the log
   only grew meanwhile, so they cover the records;
-* at most :data:`MAX_READ_AHEADS` are kept (the oldest dropped), each used once. A read-ahead that meets
+* only fetches whose byte limit is at most :data:`READ_AHEAD_MAX_BYTES` are read ahead, and at most
+  :data:`MAX_READ_AHEADS` are kept (the oldest dropped), each used once: read-aheads hold at most
+  MAX_READ_AHEADS x READ_AHEAD_MAX_BYTES of records. A read-ahead that meets
   an error (the offset was cleaned away meanwhile, the partition deleted) reads nothing: the fetch then
   reads as before, and meets and reports the error itself.
 
@@ -30,11 +32,14 @@ from dataclasses import dataclass
 
 from ..active_segment import ActiveSegment
 
-__all__ = ["MAX_READ_AHEADS", "ReadAhead", "ReadAheadKey", "ReadAheads"]
+__all__ = ["MAX_READ_AHEADS", "READ_AHEAD_MAX_BYTES", "ReadAhead", "ReadAheadKey", "ReadAheads", "is_usable",
+           "worth_reading_ahead"]
 
 _log = logging.getLogger("compactlog.broker")
 # Read-aheads kept at once: one a consumer of one partition; each holds one response (partition_max_bytes).
 MAX_READ_AHEADS = 16
+# The largest byte limit (the smaller of partition_max_bytes and max_bytes) of a fetch that is read ahead.
+READ_AHEAD_MAX_BYTES = 8 << 20
 
 # topic, partition, fetch offset, partition_max_bytes, max_bytes: a fetch that asks exactly this.
 ReadAheadKey = tuple[str, int, int, int, int]
@@ -58,6 +63,9 @@ class ReadAheads:
         self.used = 0  # read-aheads a fetch answered with, for tests and metrics
 
     def put(self, key: ReadAheadKey, read: asyncio.Future[ReadAhead | None]) -> None:
+        replaced = self._entries.get(key)
+        if replaced is not None:  # another consumer's read-ahead of the same fetch: the newer is kept
+            replaced.add_done_callback(_consume_error)
         self._entries[key] = read
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
@@ -68,6 +76,11 @@ class ReadAheads:
         """The read-ahead for a fetch that asks ``key`` (waiting for it if it is still being read), or None."""
         read = self._entries.pop(key, None)
         return None if read is None else await read
+
+
+def worth_reading_ahead(partition_max_bytes: int, max_bytes: int) -> bool:
+    """Whether a fetch with these limits is read ahead (:data:`READ_AHEAD_MAX_BYTES`)."""
+    return min(partition_max_bytes, max_bytes) <= READ_AHEAD_MAX_BYTES
 
 
 def is_usable(ahead: ReadAhead | None, active: ActiveSegment) -> bool:

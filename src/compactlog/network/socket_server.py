@@ -60,6 +60,9 @@ SIZE_BYTES = 4
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 # Requests of one connection handled but not yet answered, at most (librdkafka sends up to 5 at a time).
 MAX_PENDING_RESPONSES = 8
+# A connection's stream buffer: reading stops while it holds twice this much. At asyncio's default (64 KiB)
+# a 1 MB produce request paused and resumed the socket's reading at every 256 KiB read on its way in.
+READ_BUFFER_BYTES = 1 << 20
 _END = object()  # the connection's last request was read: the sender ends after the responses before it
 
 
@@ -125,7 +128,7 @@ class SocketServer:
         for listener in self.listeners:
             server = await asyncio.start_server(functools.partial(self._accept, listener_name=listener.name),
                                                 listener.host or None, listener.port, reuse_address=True,
-                                                start_serving=False)
+                                                start_serving=False, limit=READ_BUFFER_BYTES)
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
             bound.append(Listener(listener.name, listener.host, port))
