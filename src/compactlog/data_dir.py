@@ -20,7 +20,8 @@ accepts versions 0 and 1 and ignores keys it does not know (Kafka's ``cluster.id
 Rules at open (:func:`open_data_dir`; the decision is :func:`open_action`):
 
 * a missing directory, or one holding nothing but files a user may prepare before the first open
-  (``server.properties``, a file system's ``lost+found``), becomes a store: ``.topics/`` is created, then
+  (``server.properties``, a file system's ``lost+found``) and the ``.lock`` of ``serve`` (which takes it
+  before it opens the store), becomes a store: ``.topics/`` is created, then
   ``meta.properties`` (written to a temporary file, fsynced, linked into place so two processes creating
   one store agree on one id, and the directory fsynced). ``meta.properties`` comes last: a crash before
   it leaves ``.topics/``, which the next open upgrades;
@@ -54,9 +55,12 @@ from .segment import fsync_path
 
 META_PROPERTIES = "meta.properties"
 TOPICS_DIR = ".topics"
+# The server's lock of the whole data directory (compactlog.server.DataDirectoryLock; Kafka's name).
+LOCK_FILE = ".lock"
 # Entries a directory may hold and still count as empty: a broker config written before the first open,
-# and the directory ext2/3/4 keep at the root of every file system (a data directory may be a mount).
-PREPARED_ENTRIES = frozenset({"server.properties", "lost+found"})
+# the directory ext2/3/4 keep at the root of every file system (a data directory may be a mount), and the
+# server's lock, which ``serve`` takes before it opens (and so creates) the store.
+PREPARED_ENTRIES = frozenset({"server.properties", "lost+found", LOCK_FILE})
 WRITTEN_VERSION = 0
 READABLE_VERSIONS = (0, 1)
 VERSION_KEY = "version"

@@ -79,6 +79,13 @@ class ErasureScan:
                       key=lambda r: (r.offset, r.file))
 
     @property
+    def nothing_stored(self) -> bool:
+        """No record of the key, none of its bytes, and no file that could hide one. True of a key whose
+        tombstone has been removed too (an erasure's end state), and equally of a key never written, or
+        misspelt: the disk cannot tell them apart."""
+        return not self.records and not self.key_bytes and not self.unreadable
+
+    @property
     def erased(self) -> bool:
         newest = self.newest
         return ((newest is None or newest.tombstone) and not self.surviving_values and not self.key_bytes

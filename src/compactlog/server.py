@@ -1,5 +1,6 @@
 """The server: the one long-running process of a data directory, shaped as Kafka's ``KafkaServer``. It owns
-components and starts them in order (the data-directory lock first), and shuts them down in reverse order.
+components and starts them in order, and shuts them down in reverse order; the data-directory lock is held
+before the first starts and after the last stops.
 
 A component is anything with a ``name``, ``start()`` and ``shutdown()`` (:class:`Component`): the cleaner
 service (:mod:`compactlog.cleaner_service`), the metrics endpoint (:mod:`compactlog.metrics_endpoint`), and
@@ -9,12 +10,18 @@ before it, in reverse order, and its error is raised.
 
 One server per data directory: :class:`DataDirectoryLock` holds an exclusive ``flock`` of ``<data-dir>/.lock``
 (Kafka's name for its log directories' lock) with the server's pid in it, for the server's whole life; the
-kernel releases it when the process ends, however it ends, so a stale file never blocks a restart.
+kernel releases it when the process ends, however it ends, so a stale file never blocks a restart. It is
+taken before the data directory's stores are opened (``compactlog serve`` starts it ahead of the server),
+because opening a writable store does recovery work (stale temporary files removed, interrupted topic
+deletions finished) that a second server must not do to a directory another one serves. A missing data
+directory is created for it, empty; ``.lock`` alone leaves a directory empty for
+:func:`compactlog.data_dir.open_action`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -24,9 +31,9 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Protocol
 
-from .errors import DataDirectoryLockedError
+from .data_dir import LOCK_FILE, read_only_error
+from .errors import DataDirectoryError, DataDirectoryLockedError
 
-LOCK_FILE = ".lock"
 _log = logging.getLogger("compactlog.server")
 
 
@@ -44,11 +51,23 @@ class DataDirectoryLock:
     name = "data-directory lock"
 
     def __init__(self, data_dir: str) -> None:
-        self.path = os.path.join(data_dir, LOCK_FILE)
+        self.path = os.path.join(os.path.abspath(data_dir), LOCK_FILE)
         self._fd: int | None = None
 
     def start(self) -> None:
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        directory = os.path.dirname(self.path)
+        if os.path.lexists(directory) and not os.path.isdir(directory):
+            raise DataDirectoryError(f"data directory {directory} is not a directory")
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise DataDirectoryError(f"cannot create data directory {directory}: {e.strerror}") from e
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise read_only_error(directory, "serve") from e
+            raise DataDirectoryError(f"cannot open {self.path}: {e.strerror}") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as e:

@@ -447,10 +447,16 @@ class Store:
 
     def clean(self, force: bool = False, topic: str | None = None, partition: int | None = None,
               executor: Any = None) -> CleanReport:
-        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`); ``force``
-        waives the dirty ratio, never min.compaction.lag.ms, and rolls nothing (:func:`compactlog.maintenance.
-        run_pass` rolls first). ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`),
-        or an ``OnDemandExecutor`` (see :mod:`compactlog.executors`)."""
+        """One cleaner pass over eligible partitions, filthiest first (see :mod:`compactlog.cleaner`);
+        ``executor`` is None (in process), a SparkSession (see :mod:`compactlog.spark`), or an
+        ``OnDemandExecutor`` (see :mod:`compactlog.executors`).
+
+        ``force`` waives ``min.cleanable.dirty.ratio``, never ``min.compaction.lag.ms``, and rolls nothing:
+        this is the cleaner's pass, which (as Kafka's) cleans sealed segments only and leaves the segment
+        layout the caller made (a roll is :meth:`roll`'s, or ``max.compaction.lag.ms``'s for an idle
+        segment), which callers that compact an exact set of segments rely on. The CLI's ``clean --force``
+        ("compact now") is :func:`compactlog.maintenance.run_pass` with ``force=True``: it first rolls the
+        non-empty active segment of every compacted partition, then runs this pass."""
         from .cleaner.cleaner import clean
         from .executors import cleaner_executor
 

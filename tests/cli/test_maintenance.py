@@ -159,6 +159,23 @@ def test_verify_erasure_before_and_after_the_tombstones_horizon(tmp_path: Path) 
     assert "newest record: tombstone at offset 2" in stamped.stdout and "ERASED" in stamped.stdout
     assert gone.returncode == 0, gone.stdout
     assert "no record of the key is left" in gone.stdout
+    assert gone.stdout.splitlines()[-1] == ("NOTHING STORED: no record of key 'a' was found in t-0: nothing stored, "
+                                            "nothing to erase (a key never written, or misspelt, reads the same: "
+                                            "check the key and topic).")
+
+
+def test_verify_erasure_of_a_key_never_written_says_nothing_is_stored(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    setup_topic(data, "t", {"cleanup.policy": "compact"}, [(b"a", b"1")])
+
+    typo = cli(data, "verify-erasure", "--topic", "t", "--key", "A", "--partition", "0")
+    no_partition = cli(data, "verify-erasure", "--topic", "t", "--key", "a", "--partition", "1")
+
+    assert typo.returncode == 0, typo.stderr
+    assert "ERASED:" not in typo.stdout and typo.stdout.splitlines()[-1].startswith(
+        "NOTHING STORED: no record of key 'A' was found in t-0: nothing stored, nothing to erase")
+    assert no_partition.returncode == 1
+    assert no_partition.stderr == "compactlog: UnknownTopicOrPartitionError: topic 't' has no partition 1\n"
 
 
 def test_verify_erasure_finds_a_value_in_a_deleted_file(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import compactlog
+from compactlog.server import DataDirectoryLock
 
 pytestmark = pytest.mark.integration
 
@@ -182,3 +183,43 @@ def test_sigterm_during_a_busy_pass_exits_0_and_leaves_every_partition_whole(tmp
             newest = {r.key: r.value for r in store.read("t", p)}
             assert newest == {f"k{i % 500}".encode(): f"{p}-{i}".encode() * 10 for i in range(rows - 500, rows)}
         assert store.cleaner_metrics()["uncleanable-partitions-count"] == 0
+
+
+def test_a_second_serve_is_refused_before_it_opens_the_store(tmp_path: Path) -> None:
+    """Opening a writable store finishes interrupted topic deletions; a refused serve must not have done it
+    to a directory another server holds. The lock is held here, as a running server holds it."""
+    data = tmp_path / "data"
+    with compactlog.open(data) as store:
+        store.create_topic("t", 1, {"cleanup.policy": "compact"})
+    topic_id = json.loads((data / ".topics" / "t.json").read_text())["topic_id"]
+    marker = data / ".topics" / "t.deleting"
+    marker.write_text(topic_id)  # a deletion a crash interrupted after its first step
+    lock = DataDirectoryLock(str(data))
+    lock.start()
+    try:
+        second = subprocess.run([COMPACTLOG, "serve", "--data-dir", str(data), "--metrics-address", "127.0.0.1:0",
+                                 "--in-process", "--listeners", "PLAINTEXT://127.0.0.1:0"],
+                                env=child_env(), capture_output=True, text=True, timeout=DEADLINE_S)
+    finally:
+        lock.shutdown()
+    assert second.returncode == 1
+    assert second.stderr == (f"compactlog: DataDirectoryLockedError: {data} is already served by process "
+                             f"{os.getpid()} (it holds {data / '.lock'})\n")
+    assert marker.read_text() == topic_id  # the deletion is left to the server that holds the directory
+    assert (data / ".topics" / "t.json").exists() and (data / "t-0").is_dir()
+
+
+def test_serve_creates_a_missing_data_directory_under_its_lock(tmp_path: Path) -> None:
+    data = tmp_path / "new"
+    serve = subprocess.Popen([COMPACTLOG, "serve", "--data-dir", str(data), "--metrics-address", "127.0.0.1:0",
+                              "--in-process", "--listeners", "PLAINTEXT://127.0.0.1:0"],
+                             env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        LogLines(serve).wait_for("server started")  # .lock, made first, did not make the directory foreign
+        assert (data / "meta.properties").is_file()
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=10) == 0
+    finally:
+        if serve.poll() is None:
+            os.kill(serve.pid, signal.SIGKILL)
+            serve.wait()

@@ -91,6 +91,7 @@ def test_directory_ids_are_kafka_uuids_never_reserved_or_starting_with_a_dash() 
     (set(), "create"),
     ({"server.properties"}, "create"),
     ({"lost+found", "server.properties"}, "create"),
+    ({".lock"}, "create"),  # serve locks a new directory before its store is created
     ({"meta.properties", ".topics", "t-0"}, "open"),
     ({".topics", "t-0", "cleaner-offset-checkpoint"}, "upgrade"),
     ({"passwd", "hosts"}, "refuse"),

@@ -32,6 +32,22 @@ def test_force_rolls_but_keeps_min_compaction_lag(tmp_path: Path) -> None:
     assert [r.offset for r in store.read("t", 0, 1)] == [1, 2]
 
 
+def test_the_apis_force_rolls_nothing_and_run_pass_is_the_clis_compact_now(tmp_path: Path) -> None:
+    """Store.clean's docstring: force waives the dirty ratio only; run_pass(force=True) rolls, then cleans."""
+    store = compactlog.open(tmp_path, clock=FakeClock())
+    store.create_topic("t", 1, {"cleanup.policy": "compact"})
+    append(store, "t", [b"a", b"a", b"b"])  # all in the active segment
+
+    forced = store.clean(force=True)
+    kept = [r.offset for r in store.read("t", 0)]
+    compact_now = run_pass(store, force=True)
+
+    assert not forced.partitions and not forced.rolled and "active segment" in forced.skipped[("t", 0)]
+    assert kept == [0, 1, 2]
+    assert compact_now.rolled == {("t", 0): "--force: compact now"}
+    assert [r.offset for r in store.read("t", 0)] == [1, 2]
+
+
 def test_an_idle_active_segment_rolls_by_segment_ms(tmp_path: Path) -> None:
     clock = FakeClock()
     store = compactlog.open(tmp_path, clock=clock)

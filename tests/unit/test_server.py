@@ -20,11 +20,18 @@ from compactlog.cleaner.executor import InProcessExecutor, RoundResult
 from compactlog.cleaner.kernel import CleanTask
 from compactlog.cleaner.state import read_cleaner_state
 from compactlog.cleaner_service import CleanerService, ShutdownAwareExecutor
-from compactlog.errors import CleaningAbortedError, ConfigError, DataDirectoryLockedError, UnknownTopicOrPartitionError
+from compactlog.errors import (
+    CleaningAbortedError,
+    ConfigError,
+    DataDirectoryError,
+    DataDirectoryLockedError,
+    ReadOnlyStoreError,
+    UnknownTopicOrPartitionError,
+)
 from compactlog.maintenance import PassReport, backoff_after_pass_ms
 from compactlog.metrics_endpoint import parse_address
 from compactlog.server import LOCK_FILE, DataDirectoryLock, Server
-from support import FakeClock
+from support import FakeClock, read_only_view
 
 
 class Recorder:
@@ -66,6 +73,27 @@ def test_one_server_per_data_directory(tmp_path: Path) -> None:
     second = DataDirectoryLock(str(tmp_path))
     second.start()  # released: a new server may start
     second.shutdown()
+
+
+def test_the_lock_of_a_new_data_directory_creates_it_and_leaves_it_a_store_to_be(tmp_path: Path) -> None:
+    lock = DataDirectoryLock(str(tmp_path / "new"))
+    lock.start()
+    try:
+        assert os.listdir(tmp_path / "new") == [LOCK_FILE]
+        with compactlog.open(tmp_path / "new") as store:  # .lock alone: still an empty directory
+            assert store.directory_id is not None
+    finally:
+        lock.shutdown()
+
+
+def test_a_lock_that_cannot_be_taken_is_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(DataDirectoryError, match=f"^data directory {tmp_path / 'file'} is not a directory$"):
+        DataDirectoryLock(str(tmp_path / "file")).start()
+    (tmp_path / "ro").mkdir()
+    with read_only_view(tmp_path / "ro") as view, pytest.raises(ReadOnlyStoreError) as refused:
+        DataDirectoryLock(str(view)).start()
+    assert str(refused.value) == f"cannot serve: the data directory {view} is read-only (opened for reads only)"
 
 
 def report(cleaned: int) -> PassReport:

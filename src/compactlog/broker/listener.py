@@ -2,10 +2,10 @@
 request dispatch, the socket server and the transaction expiry (:mod:`.transaction_expiry`), started and
 stopped together.
 
-Nothing of the data directory is opened or written before :meth:`KafkaListener.start`: the server starts
-its components in order, the data-directory lock (:class:`compactlog.server.DataDirectoryLock`) first, and
-building the broker's context creates ``__consumer_offsets`` when it is missing and reads the groups back,
-which only the process holding the lock may do. The constructor only reads and checks the server configs,
+Nothing of the data directory is opened or written before :meth:`KafkaListener.start`: ``serve`` takes the
+data-directory lock (:class:`compactlog.server.DataDirectoryLock`) before anything else, and building the
+broker's context creates ``__consumer_offsets`` when it is missing and reads the groups back, which only the
+process holding the lock may do. The constructor only reads and checks the server configs,
 so that a bad one fails before anything starts."""
 
 from __future__ import annotations

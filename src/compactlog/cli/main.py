@@ -6,7 +6,7 @@ it (also after a sub-action: ``topics create --data-dir DIR``); it defaults to `
 
 Exit codes and what stderr shows (never a traceback):
 
-* 0: success;
+* 0: success (for ``verify-erasure``, also a key of which nothing is stored: its ``NOTHING STORED`` verdict);
 * 1: a failure: a :class:`~compactlog.errors.CompactLogError` or any other exception, one line
   ``compactlog: <ErrorType>: <message>``; or a command that ran and reports a failure (a partition left
   uncleanable, a topic that cannot be described);

@@ -17,6 +17,7 @@ A second ``serve`` on the same data directory is refused.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import logging
 from typing import Any
@@ -27,7 +28,7 @@ from ..cleaner_service import CleanerService
 from ..errors import ExecutorError
 from ..metrics_endpoint import DEFAULT_ADDRESS, MetricsEndpoint, parse_address
 from ..server import Component, DataDirectoryLock, Server
-from .common import add_executor_options, data_dir_parent, open_store
+from .common import add_executor_options, data_dir, data_dir_parent, open_store
 
 
 def add_parser(commands: Any) -> None:
@@ -87,9 +88,17 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("compactlog").setLevel(logging.INFO)
     parse_address(args.metrics_address)  # a bad address is an error before anything starts
-    with open_store(args, create=True) as store, open_store(args) as metrics_store:
+    with contextlib.ExitStack() as held:
+        # The lock before any store: opening a writable store removes stale temporary files and finishes
+        # interrupted topic deletions, which a second serve must not do to a directory another one serves.
+        # Released last, once the stores are closed.
+        lock = DataDirectoryLock(data_dir(args))
+        lock.start()
+        held.callback(lock.shutdown)
+        store = held.enter_context(open_store(args, create=True))
+        metrics_store = held.enter_context(open_store(args))
         store.check_writable("serve")
-        components: list[Component] = [DataDirectoryLock(store.data_dir)]
+        components: list[Component] = []
         executor: Any = None
         if not args.in_process:
             spark = SparkSessionComponent(args.spark_master)

@@ -14,6 +14,11 @@ when a file cannot be read, whatever the consumers did; 3 when nothing survives 
 read past the tombstone, or the groups' offsets cannot be read. With no record of the key left, the
 tombstone's offset is unknown and the disk alone decides. The files are scanned before the partition is
 opened, and it is opened read-only: the proof changes nothing.
+
+A key of which nothing at all is stored passes (exit 0) with its own verdict, ``NOTHING STORED``: "no
+record of this key is stored" is true and provable, and it is the end state of every erasure once the
+tombstone has passed ``delete.retention.ms``; but a key never written, or misspelt, reads the same, so the
+verdict says so rather than claiming the key was erased. An unknown topic or partition is an error (exit 1).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 
 from ..consumer_horizon import EXIT_ERASED, EXIT_GROUPS_BEHIND, erasure_exit_code, groups_behind
 from ..erasure import ErasureScan, FoundRecord, scan_partition, transit_fate
-from ..errors import CompactLogError
+from ..errors import CompactLogError, UnknownTopicOrPartitionError
 from ..key_history import KeyRecord, explain_key, format_ms
 from ..partition_view import planner_state, read_only_log
 from ..store import Store
@@ -66,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     key = args.key.encode()
     with open_store(args) as store:
         partition = key_partition(store, args.topic, key, args.partition)
+        if partition not in range(store.partitions(args.topic)):
+            raise UnknownTopicOrPartitionError(f"topic {args.topic!r} has no partition {partition}")
         directory = os.path.join(store.data_dir, f"{args.topic}-{partition}")
         scan = scan_partition(directory, key)  # before anything opens the partition
         fates = live_fates(store, args.topic, partition, scan) if scan.records else {}
@@ -78,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"Scanned {len(scan.files)} file(s) of {name} for key {args.key!r}: {len(scan.records)} record(s) found.")
     behind: list[str] | None = []
     if newest is None:
-        print("  no record of the key is left (its tombstone, if any, has been removed too): which consumer "
-              "groups read its tombstone cannot be told")
+        print("  no record of the key is left (its tombstone, if any, has been removed too; or it was never "
+              "written): which consumer groups read its tombstone cannot be told")
     elif newest.tombstone:
         horizon = "" if newest.delete_horizon_ms < 0 else f", delete horizon {format_ms(newest.delete_horizon_ms)}"
         print(f"  newest record: tombstone at {_where(newest)}{horizon}")
@@ -100,7 +107,10 @@ def run(args: argparse.Namespace) -> int:
               f"{newest.offset}: {', '.join(behind)} (each may still hold the value it read; it learns of the "
               "deletion when it reads the tombstone)")
     code = erasure_exit_code(scan.erased, behind)
-    if code == EXIT_ERASED:
+    if code == EXIT_ERASED and scan.nothing_stored:
+        print(f"NOTHING STORED: no record of key {args.key!r} was found in {name}: nothing stored, nothing to "
+              "erase (a key never written, or misspelt, reads the same: check the key and topic).")
+    elif code == EXIT_ERASED:
         print(f"ERASED: no value of key {args.key!r} survives in {name}.")
     elif code == EXIT_GROUPS_BEHIND:
         why = ("the consumer groups' offsets cannot be read" if behind is None else
