@@ -434,9 +434,10 @@ class TransactionCoordinator:
                     log = self.store.log(topic, partition)
                 except UnknownTopicOrPartitionError:
                     continue  # the topic was deleted while the transaction was open: nothing left to mark
-                if log.open_transaction(meta.producer_id) is None:
-                    continue  # already ended there (a completed commit being finished again)
-                self.store.write_marker(topic, partition, meta.producer_id, epoch, commit, flush=False)
+                with log.locked():  # one catching up with the partition's directory for the check and the marker
+                    if log.open_transaction(meta.producer_id) is None:
+                        continue  # already ended there (a completed commit being finished again)
+                    self.store.write_marker(topic, partition, meta.producer_id, epoch, commit, flush=False)
                 written.append(log)
         finally:  # the markers written before a failure are made durable too, as each was when fsynced alone
             flush_logs(written)
