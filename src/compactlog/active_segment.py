@@ -343,6 +343,19 @@ class ActiveSegment:
         """A descriptor of the segment's file for :func:`sync_and_close`."""
         return os.open(self.path, os.O_RDONLY)
 
+    def open_for_sync_if_same(self) -> int | None:
+        """:meth:`open_for_sync` when the file at the path is still this segment's (same inode): the frames
+        appended through this object are then in it. None when another process rolled, swapped or replaced
+        it (the caller catches up with the directory first)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        if os.fstat(fd).st_ino != self._inode:
+            os.close(fd)
+            return None
+        return fd
+
     def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[pa.RecordBatch]:
         """Batches holding offsets in ``[start_offset, end_offset)``, sliced to that range."""
         first = bisect.bisect_left(self._last_offsets, start_offset)

@@ -314,3 +314,21 @@ def records_of(tables: Iterator[pa.Table]) -> Iterator[Record]:
             header = headers[i]
             yield Record(offset, timestamps[i], keys[i], values[i],
                          [(h["key"], h["value"]) for h in header] if header else [])
+
+
+# The columns every transaction marker row shares, built once (Arrow arrays are immutable): a marker is
+# appended to each partition of every transaction.
+_MARKER_OFFSET = pa.array([0], pa.int64())
+_MARKER_NO_BYTES = pa.nulls(1, pa.binary())
+_MARKER_NO_HEADERS = pa.nulls(1, HEADER_TYPE)
+_MARKER_SEQUENCE = pa.array([NO_SEQUENCE], pa.int32())
+_MARKER_TRANSACTIONAL = pa.array([True])
+_MARKER_DELETE_HORIZON = pa.array([NO_DELETE_HORIZON], pa.int64())
+
+
+def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:
+    """One transaction marker as a row: a control row of the producer, no key, value or headers."""
+    return pa.Table.from_arrays([
+        _MARKER_OFFSET, pa.array([now_ms], pa.int64()), _MARKER_NO_BYTES, _MARKER_NO_BYTES, _MARKER_NO_HEADERS,
+        pa.array([producer_id], pa.int64()), pa.array([epoch], pa.int16()), _MARKER_SEQUENCE,
+        _MARKER_TRANSACTIONAL, pa.array([control_type], pa.int8()), _MARKER_DELETE_HORIZON], schema=SCHEMA)

@@ -10,7 +10,8 @@ Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flo
   (:mod:`compactlog.transaction_transitions`), "prepared": [[topic, partition], ...], "timeout_ms",
   "txn_start_ms": when the coordinator saw the id's latest transaction begin (the store's clock), or null,
   "ongoing": the partitions of a wire producer's ongoing transaction, "last_epoch": the epoch before the
-  last InitProducerId bump, or -1}``, written to a temporary file, fsynced and renamed.
+  last InitProducerId bump, or -1}``, written to a temporary file, fsynced and renamed (the directory
+  fsynced after the rename where a machine crash must not undo it, :meth:`TransactionCoordinator._write`).
 
 The wire's transactions (:mod:`compactlog.broker.txn_apis`) keep their state here too rather than in a
 ``__transaction_state`` topic as Kafka does: the store's Python producers, in other processes, register
@@ -73,6 +74,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .flush import flush_logs
+from .segment import fsync_path
 from .transaction_transitions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -186,6 +188,14 @@ class TransactionCoordinator:
         return exclusive_lock(os.path.join(self.directory, ".lock"))
 
     def _write(self, name: str, text: str, sync: bool = True) -> None:
+        """Replace ``name`` whole (a temporary file renamed over it). With ``sync`` the new file survives a
+        machine crash: its bytes are fsynced before the rename and the directory after it, since the rename
+        lives in the directory and may be lost with it, bringing back the old file. The writes that need
+        this are those a machine crash must not undo once answered: a PrepareCommit (the commit decision,
+        durable before any COMMIT marker, so a crash between markers is completed, never aborted), a
+        partition new to the id (an expiry must find the open transaction there), and ``producer-ids``
+        (an id handed out is never handed out again). The others survive a process crash only (see
+        :meth:`add_partitions`, :meth:`end_ongoing_transaction`)."""
         path = os.path.join(self.directory, name)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -194,6 +204,8 @@ class TransactionCoordinator:
             if sync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if sync:
+            fsync_path(self.directory)
 
     def _next_producer_id(self) -> int:
         path = os.path.join(self.directory, "producer-ids")
@@ -422,9 +434,10 @@ class TransactionCoordinator:
                     log = self.store.log(topic, partition)
                 except UnknownTopicOrPartitionError:
                     continue  # the topic was deleted while the transaction was open: nothing left to mark
-                if log.open_transaction(meta.producer_id) is None:
-                    continue  # already ended there (a completed commit being finished again)
-                self.store.write_marker(topic, partition, meta.producer_id, epoch, commit, flush=False)
+                with log.locked():  # one catching up with the partition's directory for the check and the marker
+                    if log.open_transaction(meta.producer_id) is None:
+                        continue  # already ended there (a completed commit being finished again)
+                    self.store.write_marker(topic, partition, meta.producer_id, epoch, commit, flush=False)
                 written.append(log)
         finally:  # the markers written before a failure are made durable too, as each was when fsynced alone
             flush_logs(written)

@@ -294,7 +294,7 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
         return len(synced)
 
     first, second = one_transaction(0), one_transaction(1)
-    assert first == second + 1  # the id's first transaction there records the partition durably
+    assert first == second + 2  # the id's first transaction there records the partition durably (file, directory)
     assert second == 1  # then only the COMMIT marker (which also makes the transaction's rows durable)
 
 

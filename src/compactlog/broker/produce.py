@@ -109,19 +109,21 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
         batches = decode_batches(records or b"", config.max_message_bytes)
         check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes, where=where)
         base_offset = -1
-        for batch in batches:
-            if batch.is_transactional and transactional_id is not None:
-                store.transactions.check_in_transaction(transactional_id, batch.producer_id, batch.producer_epoch,
-                                                        (topic, partition))
-            result = store.append(topic, partition, batch.records.select(["key", "value", "timestamp", "headers"]),
-                                  producer_id=batch.producer_id if batch.producer_id >= 0 else None,
-                                  producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-                                  transactional=batch.is_transactional, flush=False)
-            if base_offset < 0:
-                base_offset = result.base_offset
+        with log.locked():  # one catching up with the partition's directory for the request's batches
+            for batch in batches:
+                if batch.is_transactional and transactional_id is not None:
+                    store.transactions.check_in_transaction(transactional_id, batch.producer_id,
+                                                            batch.producer_epoch, (topic, partition))
+                result = store.append(topic, partition, batch.records.select(["key", "value", "timestamp", "headers"]),
+                                      producer_id=batch.producer_id if batch.producer_id >= 0 else None,
+                                      producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                                      transactional=batch.is_transactional, flush=False)
+                if base_offset < 0:
+                    base_offset = result.base_offset
+            log_start_offset = log.log_start_offset
         log_append = config.message_timestamp_type == "LogAppendTime"
         return _partition_result(partition, NONE, base_offset, store.clock() if log_append else NO_TIMESTAMP,
-                                 log.log_start_offset, None)
+                                 log_start_offset, None)
     except CompactLogError as e:
         return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
 

@@ -39,7 +39,7 @@ from ..faults import fault_point, io_fault
 from ..frame_plan import plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
-from ..record import NO_DELETE_HORIZON, NO_SEQUENCE, SCHEMA
+from ..record import SCHEMA, marker_rows
 from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
@@ -343,8 +343,11 @@ class Log:
     def flush(self) -> None:
         """Fsync the frames appended before this call; an I/O error is a KafkaStorageError. The lock is held
         only to open the file: appends go on during the fsync (a roll meanwhile fsyncs its own frames)."""
-        with self.locked():
-            fd = self._active.open_for_sync()
+        with self.locked(refresh=False):  # no listing of the directory while the file is the one appended to
+            fd = self._active.open_for_sync_if_same()
+        if fd is None:  # rolled or replaced by another process since (a roll fsyncs our frames): catch up
+            with self.locked():
+                fd = self._active.open_for_sync()
         try:
             sync_and_close(fd)
         except OSError as e:
@@ -456,11 +459,3 @@ class Log:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
 
-
-def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:
-    """One transaction marker as a row: a control row of the producer, no key, value or headers."""
-    return pa.table([
-        pa.array([0], pa.int64()), pa.array([now_ms], pa.int64()), pa.nulls(1, pa.binary()),
-        pa.nulls(1, pa.binary()), pa.nulls(1, SCHEMA.field("headers").type), pa.array([producer_id], pa.int64()),
-        pa.array([epoch], pa.int16()), pa.array([NO_SEQUENCE], pa.int32()), pa.array([True]),
-        pa.array([control_type], pa.int8()), pa.array([NO_DELETE_HORIZON], pa.int64())], schema=SCHEMA)
