@@ -318,17 +318,18 @@ def records_of(tables: Iterator[pa.Table]) -> Iterator[Record]:
 
 # The columns every transaction marker row shares, built once (Arrow arrays are immutable): a marker is
 # appended to each partition of every transaction.
-_MARKER_OFFSET = pa.array([0], pa.int64())
+# Built with columns.repeat: pa.array of a Python list imports pandas, which `import compactlog` must not.
+_MARKER_OFFSET = repeat(0, pa.int64(), 1)
 _MARKER_NO_BYTES = pa.nulls(1, pa.binary())
 _MARKER_NO_HEADERS = pa.nulls(1, HEADER_TYPE)
-_MARKER_SEQUENCE = pa.array([NO_SEQUENCE], pa.int32())
-_MARKER_TRANSACTIONAL = pa.array([True])
-_MARKER_DELETE_HORIZON = pa.array([NO_DELETE_HORIZON], pa.int64())
+_MARKER_SEQUENCE = repeat(NO_SEQUENCE, pa.int32(), 1)
+_MARKER_TRANSACTIONAL = repeat(True, pa.bool_(), 1)
+_MARKER_DELETE_HORIZON = repeat(NO_DELETE_HORIZON, pa.int64(), 1)
 
 
 def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:
     """One transaction marker as a row: a control row of the producer, no key, value or headers."""
     return pa.Table.from_arrays([
-        _MARKER_OFFSET, pa.array([now_ms], pa.int64()), _MARKER_NO_BYTES, _MARKER_NO_BYTES, _MARKER_NO_HEADERS,
-        pa.array([producer_id], pa.int64()), pa.array([epoch], pa.int16()), _MARKER_SEQUENCE,
-        _MARKER_TRANSACTIONAL, pa.array([control_type], pa.int8()), _MARKER_DELETE_HORIZON], schema=SCHEMA)
+        _MARKER_OFFSET, repeat(now_ms, pa.int64(), 1), _MARKER_NO_BYTES, _MARKER_NO_BYTES, _MARKER_NO_HEADERS,
+        repeat(producer_id, pa.int64(), 1), repeat(epoch, pa.int16(), 1), _MARKER_SEQUENCE,
+        _MARKER_TRANSACTIONAL, repeat(control_type, pa.int8(), 1), _MARKER_DELETE_HORIZON], schema=SCHEMA)
