@@ -82,7 +82,7 @@ def main() -> None:
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(run, args.appends, args.rows)
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(25)
         return
     run(20, args.rows)  # warm-up: imports, cached schemas and constant columns
     results = [run(args.appends, args.rows) for _ in range(args.runs)]
