@@ -252,14 +252,14 @@ class Log:
                 batches.append(chunk.combine_chunks().to_batches()[0])
             active, size = self._active, self._active.size
             try:
-                for (_, _, roll_first), batch, (header, payload) in zip(
+                for (start, _, roll_first), batch, (header, payload) in zip(
                         frames, batches, _encode_ahead(batches, omitted), strict=True):
                     if roll_first:
                         self._roll()
                     io_fault("log.frame-write")
                     self._active.append_encoded(header, payload, batch)
                     fault_point("log.frame-appended")
-                    rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
+                    rows = table.slice(start, batch.num_rows)
                     self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
                 if flush:
                     sync_and_close(self._active.open_for_sync())
