@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import binary_lengths, from_numpy, repeat, to_numpy
-from .limits import LONG_MAX
+from .limits import INT_MAX, LONG_MAX
 
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
@@ -270,6 +270,24 @@ def data_rows(timestamp: pa.Array | pa.ChunkedArray, key: pa.Array | pa.ChunkedA
         constant_chunks(CONTROL_NONE, pa.int8(), n),
         constant_chunks(NO_DELETE_HORIZON, pa.int64(), n),
     ], schema=SCHEMA)
+
+
+_PRODUCER_FIELDS = tuple(SCHEMA.get_field_index(name)
+                         for name in ("producer_id", "producer_epoch", "sequence", "is_transactional"))
+
+
+def producer_rows(rows: pa.Table, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> pa.Table:
+    """``rows`` (in :data:`SCHEMA`) as one batch of an idempotent producer: its id and epoch in every row,
+    sequences from ``base_sequence`` (wrapping past ``INT_MAX`` to 0, as Kafka's), and whether it is
+    transactional. One table is built, not one per field."""
+    n = rows.num_rows
+    sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)
+    columns = rows.columns
+    for index, values in zip(_PRODUCER_FIELDS, (repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
+                                                from_numpy(sequences.astype(np.int32)),
+                                                constant_chunks(bool(transactional), pa.bool_(), n)), strict=True):
+        columns[index] = values
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
 def read_columns(columns: Sequence[str] | None) -> list[str]:

@@ -787,3 +787,15 @@ def test_appends_go_on_while_a_flush_fsyncs_and_the_flush_covers_what_came_befor
             appender.join()
     assert synced_sizes[0] == store.log("t", 0).active.frames[0].size  # the first append's frame, whole
     assert [r[2] for r in contents(store)] == [b"k0", b"k1", b"k2", b"k3"]
+
+
+def test_a_producer_batch_sequence_wraps_past_int_max_to_zero(store: compactlog.Store) -> None:
+    store.create_topic("t")
+    int_max = 2**31 - 1
+    store.append("t", 0, rows(3), producer_id=7, producer_epoch=2, base_sequence=int_max - 1, transactional=True)
+    store.append("t", 0, rows(1, start=3), producer_id=7, producer_epoch=2, base_sequence=1, transactional=True)
+    read = store.read_arrow("t", 0, columns=["sequence", "producer_id", "producer_epoch", "is_transactional"])
+    assert read.column("sequence").to_pylist() == [int_max - 1, int_max, 0, 1]
+    assert set(read.column("producer_id").to_pylist()) == {7}
+    assert set(read.column("producer_epoch").to_pylist()) == {2}
+    assert all(read.column("is_transactional").to_pylist())
