@@ -90,11 +90,16 @@ def _holds_only(column: pa.Array | pa.ChunkedArray, default: object) -> bool:
     if column.null_count:
         return False
     if isinstance(column, pa.ChunkedArray):
-        return all(_holds_only(chunk, default) for chunk in column.chunks)
+        if column.num_chunks != 1:
+            return all(_holds_only(chunk, default) for chunk in column.chunks)
+        column = column.chunk(0)
     if isinstance(default, bool):
         return column.true_count == (len(column) if default else 0)
     values = to_numpy(column)
-    return not len(values) or bool(values.min() == default == values.max())
+    if not len(values):
+        return True
+    # The first row settles most columns (a producer's fields are never their defaults): no reduction then.
+    return bool(values[0] == default) and bool((values == default).all())
 
 
 def omitted_columns(rows: pa.Table | pa.RecordBatch) -> int:

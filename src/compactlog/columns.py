@@ -78,6 +78,9 @@ def binary_lengths(column: Column) -> np.ndarray:
             raise TypeError(f"binary_lengths takes binary or string columns, not {chunk.type}")
         if len(chunk) == 0:
             continue
+        if chunk.null_count == len(chunk):  # no value at all (a marker's key and value): no bitmap to read
+            parts.append(np.zeros(len(chunk), np.int64))
+            continue
         offsets = np.frombuffer(chunk.buffers()[1], width, count=len(chunk) + 1, offset=chunk.offset * width.itemsize)
         lengths = np.diff(offsets).astype(np.int64)
         if chunk.null_count:

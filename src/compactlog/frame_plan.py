@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from .active_segment import FRAME_HEADER_SIZE, frame_row_bytes
 from .cleaner.plan import SegmentStats, should_roll
-from .columns import to_numpy
+from .columns import binary_lengths, to_numpy
 from .record import header_bytes
 
 # Rows per active-segment frame: bounds the memory of one append and of one read step.
@@ -31,9 +31,8 @@ def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:
     """Upper bounds of the bytes each row adds to a frame that leaves out the ``omitted`` columns, for
     roll-by-size decisions: a segment that rolls by size stays within ``segment.bytes``."""
     sizes = np.full(batch.num_rows, frame_row_bytes(omitted), dtype=np.int64)
-    for name in ("key", "value"):
-        lengths = pc.binary_length(batch.column(name))
-        sizes += _int64s(pc.fill_null(lengths, 0) if lengths.null_count else lengths)
+    for name in ("key", "value"):  # read from the offsets buffers: no Arrow compute call per small append
+        sizes += binary_lengths(batch.column(name))
     headers = batch.column("headers")
     if headers.null_count < len(headers):
         sizes += _int64s(pc.fill_null(header_bytes(headers, HEADER_FIXED_BYTES), 0))

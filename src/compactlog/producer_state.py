@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,10 +144,14 @@ class ProducerStateManager:
         timestamps = to_numpy(rows.column("timestamp"))
         aborted: list[AbortedTxn] = []
         # Runs of consecutive rows of one producer: a batch (data) or a marker (control).
-        change = np.flatnonzero((pids[1:] != pids[:-1]) | (control[1:] != control[:-1]) | (control[1:] >= 0))
-        starts = np.concatenate([[0], change + 1])
-        ends = np.concatenate([change + 1, [len(pids)]])
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+        if len(pids) == 1:  # a marker, or a batch of one record: one run, no array arithmetic
+            runs: Iterable[tuple[int, int]] = ((0, 1),)
+        else:
+            change = np.flatnonzero((pids[1:] != pids[:-1]) | (control[1:] != control[:-1]) | (control[1:] >= 0))
+            starts = np.concatenate([[0], change + 1])
+            ends = np.concatenate([change + 1, [len(pids)]])
+            runs = zip(starts.tolist(), ends.tolist(), strict=True)
+        for start, end in runs:
             pid = int(pids[start])
             if pid == NO_PRODUCER_ID:
                 continue

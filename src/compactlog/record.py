@@ -34,8 +34,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import from_numpy, repeat
-from .limits import LONG_MAX
+from .columns import binary_lengths, from_numpy, repeat, to_numpy
+from .limits import INT_MAX, LONG_MAX
 
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
@@ -189,12 +189,19 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
             timestamp = pa.array(scaled, pa.int64(), mask=raw.is_null().to_numpy(zero_copy_only=False))
         elif not pa.types.is_integer(timestamp.type):
             raise InvalidRecordError(f"column 'timestamp' must be integer milliseconds, not {timestamp.type}")
+        plain = timestamp.type == pa.int64() and not timestamp.null_count  # as a client sends them
         if n:  # the smallest and largest, before a cast to int64 could wrap or refuse them
-            for extreme in pc.min_max(timestamp).values():
-                problem = None if extreme.as_py() is None else timestamp_problem(extreme.as_py())
+            if plain:  # read with numpy: one small append would otherwise pay for Arrow compute calls
+                values = to_numpy(timestamp)
+                extremes: list[int | None] = [int(values.min()), int(values.max())]
+            else:
+                extremes = [extreme.as_py() for extreme in pc.min_max(timestamp).values()]
+            for extreme in extremes:
+                problem = None if extreme is None else timestamp_problem(extreme)
                 if problem is not None:
                     raise InvalidRecordError(f"column 'timestamp': {problem}")
-        timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
+        if not plain:
+            timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
     else:
         timestamp = repeat(now_ms, pa.int64(), n)
     if "headers" in names:
@@ -265,6 +272,24 @@ def data_rows(timestamp: pa.Array | pa.ChunkedArray, key: pa.Array | pa.ChunkedA
     ], schema=SCHEMA)
 
 
+_PRODUCER_FIELDS = tuple(SCHEMA.get_field_index(name)
+                         for name in ("producer_id", "producer_epoch", "sequence", "is_transactional"))
+
+
+def producer_rows(rows: pa.Table, producer_id: int, epoch: int, base_sequence: int, transactional: bool) -> pa.Table:
+    """``rows`` (in :data:`SCHEMA`) as one batch of an idempotent producer: its id and epoch in every row,
+    sequences from ``base_sequence`` (wrapping past ``INT_MAX`` to 0, as Kafka's), and whether it is
+    transactional. One table is built, not one per field."""
+    n = rows.num_rows
+    sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)
+    columns = rows.columns
+    for index, values in zip(_PRODUCER_FIELDS, (repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
+                                                from_numpy(sequences.astype(np.int32)),
+                                                constant_chunks(bool(transactional), pa.bool_(), n)), strict=True):
+        columns[index] = values
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
 def read_columns(columns: Sequence[str] | None) -> list[str]:
     """The columns a read returns: ``columns`` (names of :data:`SCHEMA`), else :data:`READ_COLUMNS`."""
     from .errors import InvalidRequestError
@@ -284,19 +309,19 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
     from .errors import InvalidRecordError, RecordTooLargeError
 
     keys = rows.column("key")
-    data = pa.compute.equal(rows.column("control_type"), CONTROL_NONE)
-    keyless_data = keys.null_count and pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py()
-    if compacted and keyless_data:
-        raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
+    if compacted and keys.null_count:  # a null key is allowed on a control row only
+        data = pa.compute.equal(rows.column("control_type"), CONTROL_NONE)
+        if pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py():
+            raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
     if rows.num_rows == 0:
         return
-    sizes = pa.compute.add(
-        pa.compute.fill_null(pa.compute.binary_length(keys), 0),
-        pa.compute.fill_null(pa.compute.binary_length(rows.column("value")), 0))
+    # Lengths read from the offsets buffers (numpy): one small append would otherwise pay for several
+    # Arrow compute calls.
+    sizes = binary_lengths(keys) + binary_lengths(rows.column("value"))
     headers = rows.column("headers")
     if headers.null_count < len(headers):  # as record_size counts them for a send
-        sizes = pa.compute.add(sizes, pa.compute.fill_null(header_bytes(headers), 0))
-    largest = pa.compute.max(sizes).as_py() + RECORD_OVERHEAD_BYTES
+        sizes += to_numpy(pa.compute.fill_null(header_bytes(headers), 0))
+    largest = int(sizes.max()) + RECORD_OVERHEAD_BYTES
     if largest > max_message_bytes:
         raise RecordTooLargeError(
             f"a record of {largest} bytes is larger than max.message.bytes={max_message_bytes} of {topic!r}")

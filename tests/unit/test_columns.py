@@ -97,5 +97,11 @@ def test_binary_lengths_read_the_offsets_and_count_nothing_for_a_null() -> None:
     assert binary_lengths(pa.chunked_array([array.slice(0, 1), array.slice(3)])).tolist() == [2, 4]
     assert binary_lengths(pa.array(["é", None, "abc"], pa.large_string())).tolist() == [2, 0, 3]
     assert binary_lengths(pa.chunked_array([], pa.binary())).tolist() == []
+    # Every row null, the slots spanning bytes (all-zero validity bits), alone and beside a chunk with values.
+    all_null = pa.Array.from_buffers(pa.binary(), 2, [pa.py_buffer(bytes([0])), pa.py_buffer(
+        np.array([0, 3, 5], np.int32).tobytes()), pa.py_buffer(b"abcde")])
+    assert binary_lengths(all_null).tolist() == [0, 0]
+    assert binary_lengths(pa.chunked_array([all_null, array.slice(0, 1)])).tolist() == [0, 0, 2]
+    assert binary_lengths(pa.nulls(3, pa.binary())).tolist() == [0, 0, 0]
     with pytest.raises(TypeError, match="binary or string"):
         binary_lengths(pa.array([1, 2]))

@@ -188,6 +188,31 @@ def test_append_counts_headers_against_max_message_bytes(store: compactlog.Store
     assert store.log_end_offset("t", 0) == 0
 
 
+def test_append_counts_key_and_value_bytes_exactly_against_max_message_bytes(store: compactlog.Store) -> None:
+    # 70 bytes of record overhead: a record of exactly max.message.bytes is accepted, one byte more is not;
+    # a null key or value counts 0 bytes.
+    store.create_topic("t", config={"cleanup.policy": "delete", "max.message.bytes": 200})
+    store.append("t", 0, pa.table({"key": pa.array([b"k" * 30, None], pa.binary()),
+                                   "value": pa.array([b"x" * 100, b"x" * 130], pa.binary())}))
+    with pytest.raises(RecordTooLargeError, match=r"a record of 201 bytes"):
+        store.append("t", 0, pa.table({"key": pa.array([None, b"k" * 31], pa.binary()),
+                                       "value": pa.array([b"x", b"x" * 100], pa.binary())}))
+    assert store.log_end_offset("t", 0) == 2
+
+
+def test_append_refuses_a_negative_int64_timestamp_anywhere_in_the_column(store: compactlog.Store) -> None:
+    store.create_topic("t")
+    with pytest.raises(InvalidRecordError, match=r"column 'timestamp': timestamp must be in"):
+        store.append("t", 0, rows(3, timestamp=pa.array([5, -1, 7], pa.int64())))
+    assert store.log_end_offset("t", 0) == 0
+
+
+def test_append_keeps_int64_timestamps_up_to_long_max(store: compactlog.Store) -> None:
+    store.create_topic("t")
+    store.append("t", 0, rows(3, timestamp=pa.array([5, 2**63 - 1, 7], pa.int64())))
+    assert [r.timestamp for r in store.read("t", 0)] == [5, 2**63 - 1, 7]
+
+
 def test_log_append_time_topic_stamps_records_with_the_append_time(
     store: compactlog.Store, clock: FakeClock
 ) -> None:
@@ -762,3 +787,15 @@ def test_appends_go_on_while_a_flush_fsyncs_and_the_flush_covers_what_came_befor
             appender.join()
     assert synced_sizes[0] == store.log("t", 0).active.frames[0].size  # the first append's frame, whole
     assert [r[2] for r in contents(store)] == [b"k0", b"k1", b"k2", b"k3"]
+
+
+def test_a_producer_batch_sequence_wraps_past_int_max_to_zero(store: compactlog.Store) -> None:
+    store.create_topic("t")
+    int_max = 2**31 - 1
+    store.append("t", 0, rows(3), producer_id=7, producer_epoch=2, base_sequence=int_max - 1, transactional=True)
+    store.append("t", 0, rows(1, start=3), producer_id=7, producer_epoch=2, base_sequence=1, transactional=True)
+    read = store.read_arrow("t", 0, columns=["sequence", "producer_id", "producer_epoch", "is_transactional"])
+    assert read.column("sequence").to_pylist() == [int_max - 1, int_max, 0, 1]
+    assert set(read.column("producer_id").to_pylist()) == {7}
+    assert set(read.column("producer_epoch").to_pylist()) == {2}
+    assert all(read.column("is_transactional").to_pylist())

@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 
 from compactlog import CorruptSegmentError
 from compactlog import sealed_segment as segment_module
-from compactlog.active_segment import FRAME_HEADER_SIZE, OMITTABLE_DEFAULTS, ActiveSegment, encode_frame
+from compactlog.active_segment import (
+    FRAME_HEADER_SIZE,
+    OMITTABLE_DEFAULTS,
+    ActiveSegment,
+    encode_frame,
+    frame_row_bytes,
+    omitted_columns,
+)
+from compactlog.frame_plan import row_sizes
 from compactlog.record import CONTROL_COMMIT, SCHEMA, to_rows
 from compactlog.sealed_segment import SealedSegment, SegmentWriter, read_parquet, write_sealed
 from compactlog.segment import is_segment_name, offset_from_name, segment_name
@@ -113,6 +121,26 @@ def test_columns_with_other_values_are_stored_and_read_back(active: ActiveSegmen
     reopened, _ = ActiveSegment.open(active.path, 10, truncate=False)
     assert reopened.control_count == 1
     assert pa.Table.from_batches(reopened.read_batches(10)).equals(pa.Table.from_batches([rows]))
+
+
+def test_a_column_is_omitted_only_when_every_row_holds_its_default() -> None:
+    rows = batch([10, 11, 12])
+    producer_ids = pa.chunked_array([pa.array([-1, -1], pa.int64()), pa.array([7], pa.int64())])
+    rows = rows.set_column(5, SCHEMA.field(5), pa.array([-1, -1, 7], pa.int64()))
+    rows = rows.set_column(6, SCHEMA.field(6), pa.array([-1, 3, -1], pa.int16()))
+    table = pa.Table.from_batches([rows]).set_column(5, SCHEMA.field(5), producer_ids)
+    for checked in (rows, table):
+        omitted = omitted_columns(checked)
+        assert not omitted >> 5 & 1 and not omitted >> 6 & 1  # a default first row does not settle it
+        assert omitted >> 7 & 1  # sequence: -1 in every row
+
+
+def test_row_sizes_count_key_and_value_bytes_and_nulls_as_none() -> None:
+    rows = to_rows(pa.table({"key": pa.array([b"abc", None, b""], pa.binary()),
+                             "value": pa.chunked_array([pa.array([b"x" * 10], pa.binary()),
+                                                        pa.array([b"yy", None], pa.binary())])}), 0)
+    fixed = frame_row_bytes(0)
+    assert row_sizes(rows).tolist() == [fixed + 13, fixed + 2, fixed]
 
 
 def test_omitted_columns_read_back_as_their_defaults(active: ActiveSegment) -> None:

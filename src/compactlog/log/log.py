@@ -32,14 +32,14 @@ import pyarrow as pa
 
 from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns, sync_and_close
 from ..cleaner.plan import SegmentStats, idle_roll_due
-from ..columns import from_numpy, repeat, to_numpy
+from ..columns import repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
 from ..frame_plan import plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
-from ..record import SCHEMA, marker_rows
+from ..record import SCHEMA, marker_rows, producer_rows
 from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
@@ -252,14 +252,14 @@ class Log:
                 batches.append(chunk.combine_chunks().to_batches()[0])
             active, size = self._active, self._active.size
             try:
-                for (_, _, roll_first), batch, (header, payload) in zip(
+                for (start, _, roll_first), batch, (header, payload) in zip(
                         frames, batches, _encode_ahead(batches, omitted), strict=True):
                     if roll_first:
                         self._roll()
                     io_fault("log.frame-write")
                     self._active.append_encoded(header, payload, batch)
                     fault_point("log.frame-appended")
-                    rows = table.slice(batch.column(0)[0].as_py() - first_offset, batch.num_rows)
+                    rows = table.slice(start, batch.num_rows)
                     self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
                 if flush:
                     sync_and_close(self._active.open_for_sync())
@@ -291,13 +291,7 @@ class Log:
             duplicate = self._producers.manager.check_batch(producer_id, epoch, base_sequence, last_sequence)
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
-            sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)
-            for name, values in (("producer_id", repeat(producer_id, pa.int64(), n)),
-                                 ("producer_epoch", repeat(epoch, pa.int16(), n)),
-                                 ("sequence", from_numpy(sequences.astype(np.int32))),
-                                 ("is_transactional", repeat(transactional, pa.bool_(), n))):
-                index = SCHEMA.get_field_index(name)
-                rows = rows.set_column(index, SCHEMA.field(index), values)
+            rows = producer_rows(rows, producer_id, epoch, base_sequence, transactional)
             first, now = self.append(rows, flush=flush)
             return first, now, False
 
