@@ -35,7 +35,6 @@ from compactlog.broker.txn_apis import (
     handle_add_offsets_to_txn,
     handle_txn_offset_commit,
     txn_error_code,
-    txn_offset_commit_error,
 )
 from compactlog.coordinator.group_metadata import UNKNOWN_MEMBER, GroupMetadata, GroupState
 from compactlog.errors import (
@@ -210,7 +209,10 @@ def test_the_expiry_thread_aborts_each_interval_until_shut_down(tmp_path: Path) 
 def test_txn_offset_commit_checks_member_instance_and_generation_as_kafka_does() -> None:
     group = GroupMetadata("g", 0, 10, 0)
     group.generation = 3
-    check = txn_offset_commit_error
+
+    def check(group: GroupMetadata, member_id: str, instance_id: str | None, generation: int) -> int:
+        return group.validate_offset_commit(member_id, instance_id, generation, transactional=True)
+
     assert check(group, UNKNOWN_MEMBER, None, -1) == NONE  # a consumer that assigns its partitions
     assert check(group, "someone", None, -1) == NONE  # no generation while the group is Empty
     group.state = GroupState.STABLE

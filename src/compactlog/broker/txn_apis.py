@@ -24,7 +24,8 @@ Rules, as Kafka's on one broker:
   committed or dropped with it: the transaction coordinator calls the manager's ``complete_txn`` once it has
   written the markers (:func:`attach`); offsets of a transaction ended by another process's coordinator (a
   cleaner pass's expiry) are settled by the manager from the markers it finds in the log;
-* TxnOffsetCommit checks the group as Kafka's ``validateOffsetCommit`` (transactional): a consumer that
+* TxnOffsetCommit checks the group as Kafka's ``validateOffsetCommit`` (transactional;
+  :meth:`GroupMetadata.validate_offset_commit`): a consumer that
   assigns its partitions itself sends no member id, instance id or generation, and is accepted, as is any
   generation < 0 while the group is Empty; else a ``group.instance.id`` must be registered
   (UNKNOWN_MEMBER_ID) to this member id (FENCED_INSTANCE_ID), a member id without one must be a member
@@ -38,29 +39,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..coordinator.group_metadata import UNKNOWN_MEMBER, GroupMetadata, GroupState
+from ..coordinator.group_metadata import UNKNOWN_MEMBER
 from ..coordinator.group_metadata_manager import OFFSETS_TOPIC, OffsetAndMetadata
 from ..errors import CompactLogError, ProducerFencedError
 from ..limits import INT_MAX
 from .context import BrokerContext
 from .error_codes import (
-    COORDINATOR_NOT_AVAILABLE,
-    FENCED_INSTANCE_ID,
-    ILLEGAL_GENERATION,
     INVALID_GROUP_ID,
     INVALID_PRODUCER_EPOCH,
     INVALID_REQUEST,
     NONE,
     OPERATION_NOT_ATTEMPTED,
     PRODUCER_FENCED,
-    UNKNOWN_MEMBER_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code,
 )
 from .group_apis import offset_metadata_too_large, partition_commit_error
 
 __all__ = ["attach", "handle_add_offsets_to_txn", "handle_add_partitions_to_txn", "handle_end_txn",
-           "handle_init_producer_id", "handle_txn_offset_commit", "txn_offset_commit_error"]
+           "handle_init_producer_id", "handle_txn_offset_commit"]
 
 MAX_EPOCH = 32767
 
@@ -135,27 +132,6 @@ async def handle_add_offsets_to_txn(context: BrokerContext, request: Any, versio
     return {"throttle_time_ms": 0, "error_code": code}
 
 
-def txn_offset_commit_error(group: GroupMetadata, member_id: str, group_instance_id: str | None,
-                            generation: int) -> int:
-    """Kafka's ``validateOffsetCommit`` of a TxnOffsetCommit (see the module docstring)."""
-    if group.state == GroupState.DEAD:
-        return COORDINATOR_NOT_AVAILABLE
-    if generation < 0 and (group.state == GroupState.EMPTY
-                           or (member_id == UNKNOWN_MEMBER and group_instance_id is None)):
-        return NONE
-    if group_instance_id is not None:
-        registered = group.static_members.get(group_instance_id)
-        if registered is None:
-            return UNKNOWN_MEMBER_ID
-        if registered != member_id:
-            return FENCED_INSTANCE_ID
-    elif member_id not in group.members:
-        return UNKNOWN_MEMBER_ID
-    if generation != group.generation:
-        return ILLEGAL_GENERATION
-    return NONE
-
-
 async def handle_txn_offset_commit(context: BrokerContext, request: Any, version: int,
                                    listener: str) -> dict[str, Any]:
     asked = [(topic.name, p.partition_index, OffsetAndMetadata(
@@ -185,7 +161,7 @@ async def _txn_offset_commit(context: BrokerContext, request: Any, version: int,
     coordinator = context.groups
     if group_id not in coordinator.groups:  # Kafka creates it, empty: an OffsetCommit of nothing does
         await coordinator.commit_offsets(group_id, UNKNOWN_MEMBER, None, -1, {})
-    code = txn_offset_commit_error(coordinator.groups[group_id], member_id, instance_id, generation)
+    code = coordinator.groups[group_id].validate_offset_commit(member_id, instance_id, generation, transactional=True)
     if code != NONE:
         return code
     try:

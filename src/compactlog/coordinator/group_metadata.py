@@ -355,17 +355,25 @@ class GroupMetadata:
         member.heartbeat_deadline = now + member.session_timeout_ms
         return REBALANCE_IN_PROGRESS if self.state == GroupState.PREPARING_REBALANCE else NONE
 
-    def validate_offset_commit(self, member_id: str, group_instance_id: str | None, generation: int) -> int:
-        """Kafka's rule for an OffsetCommit: a simple consumer's (generation < 0, no member or instance id) is
-        allowed only while the group has no members (else UNKNOWN_MEMBER_ID: only members commit then); a
-        member's must name itself and this generation, and not while the assignment is being handed out
-        (CompletingRebalance: REBALANCE_IN_PROGRESS); during PreparingRebalance it still may."""
+    def validate_offset_commit(self, member_id: str, group_instance_id: str | None, generation: int, *,
+                               transactional: bool = False) -> int:
+        """Kafka's ``validateOffsetCommit``. An OffsetCommit: a simple consumer's (generation < 0, no member or
+        instance id) is allowed only while the group has no members (else UNKNOWN_MEMBER_ID: only members
+        commit then); a member's must name itself and this generation, and not while the assignment is being
+        handed out (CompletingRebalance: REBALANCE_IN_PROGRESS); during PreparingRebalance it still may.
+        A TxnOffsetCommit (``transactional``): a simple consumer's is allowed whatever the members, as is any
+        generation < 0 while the group is Empty; a ``group.instance.id`` must be registered (else
+        UNKNOWN_MEMBER_ID); no state refuses it."""
         if self.state == GroupState.DEAD:
             return COORDINATOR_NOT_AVAILABLE
         if generation < 0 and member_id == UNKNOWN_MEMBER and group_instance_id is None:
-            return NONE if not self.members else UNKNOWN_MEMBER_ID
+            return NONE if transactional or not self.members else UNKNOWN_MEMBER_ID
+        if transactional and generation < 0 and self.state == GroupState.EMPTY:
+            return NONE
+        if transactional and group_instance_id is not None and group_instance_id not in self.static_members:
+            return UNKNOWN_MEMBER_ID
         error = self._check_member(member_id, group_instance_id, generation)
-        if error != NONE:
+        if error != NONE or transactional:
             return error
         return REBALANCE_IN_PROGRESS if self.state == GroupState.COMPLETING_REBALANCE else NONE
 
