@@ -158,10 +158,8 @@ async def _txn_offset_commit(context: BrokerContext, request: Any, version: int,
         return INVALID_GROUP_ID
     member_id, instance_id, generation = ((request.member_id, request.group_instance_id, request.generation_id)
                                           if version >= 3 else (UNKNOWN_MEMBER, None, -1))
-    coordinator = context.groups
-    if group_id not in coordinator.groups:  # Kafka creates it, empty: an OffsetCommit of nothing does
-        await coordinator.commit_offsets(group_id, UNKNOWN_MEMBER, None, -1, {})
-    code = coordinator.groups[group_id].validate_offset_commit(member_id, instance_id, generation, transactional=True)
+    group = context.groups.group_for_commit(group_id)
+    code = group.validate_offset_commit(member_id, instance_id, generation, transactional=True)
     if code != NONE:
         return code
     try:

@@ -133,6 +133,11 @@ class GroupCoordinator:
                 self._deliver(group.group_id, group.expire(now))
                 await self._store_if_emptied(group, was)
 
+    def group_for_commit(self, group_id: str) -> GroupMetadata:
+        """The group an offset commit names, created empty when not known, as Kafka creates it."""
+        group = self.groups.get(group_id)
+        return group if group is not None else self._new_group(group_id, self._clock())
+
     def is_empty(self, group_id: str) -> bool:
         """Whether a group has no members (its offsets may expire); a group not known here has none."""
         group = self.groups.get(group_id)
