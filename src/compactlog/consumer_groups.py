@@ -29,8 +29,16 @@ from .errors import InvalidTopicError, UnknownGroupError, UnknownTopicOrPartitio
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["GroupDescription", "PartitionLag", "assigned_partitions", "committed_offsets", "describe_group",
-           "list_groups"]
+__all__ = [
+    "GroupDescription",
+    "PartitionLag",
+    "assigned_partitions",
+    "committed_offsets",
+    "describe_group",
+    "list_groups",
+    "offsets_by_group",
+    "replayed",
+]
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class GroupDescription:
     partitions: tuple[PartitionLag, ...]
 
 
-def _replayed(store: Store, partitions: list[int] | None = None) -> CommittedOffsets:
+def replayed(store: Store, partitions: list[int] | None = None) -> CommittedOffsets:
     """``__consumer_offsets`` replayed (only ``partitions`` of it, if given); empty without the topic."""
     state = CommittedOffsets()
     if OFFSETS_TOPIC not in store.topics():
@@ -72,12 +80,16 @@ def _replayed(store: Store, partitions: list[int] | None = None) -> CommittedOff
 
 def list_groups(store: Store) -> list[str]:
     """Every group with stored metadata or committed offsets, sorted."""
-    return sorted(_replayed(store).group_ids())
+    return sorted(replayed(store).group_ids())
 
 
 def committed_offsets(store: Store) -> dict[str, dict[TopicPartition, int]]:
     """Every group's committed offsets."""
-    state = _replayed(store)
+    return offsets_by_group(replayed(store))
+
+
+def offsets_by_group(state: CommittedOffsets) -> dict[str, dict[TopicPartition, int]]:
+    """Every group's committed offsets in a replayed ``__consumer_offsets``, groups and partitions sorted."""
     return {group: {tp: value.offset for tp, value in sorted(state.committed(group).items())}
             for group in sorted(state.group_ids())}
 
@@ -99,7 +111,7 @@ def describe_group(store: Store, group_id: str) -> GroupDescription:
     UnknownGroupError if nothing is stored for it."""
     if OFFSETS_TOPIC not in store.topics():
         raise UnknownGroupError(f"consumer group {group_id!r} does not exist (no {OFFSETS_TOPIC} in {store.data_dir})")
-    state = _replayed(store, [partition_for(group_id, store.partitions(OFFSETS_TOPIC))])
+    state = replayed(store, [partition_for(group_id, store.partitions(OFFSETS_TOPIC))])
     snapshot = state.snapshots.get(group_id)
     offsets = state.committed(group_id)
     if snapshot is None and not offsets:

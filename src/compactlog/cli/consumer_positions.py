@@ -2,9 +2,8 @@
 offsets and the topics its stored members subscribe to (:class:`compactlog.consumer_horizon.ConsumerPositions`),
 for ``topics describe``, ``explain`` and ``verify-erasure``.
 
-One replay of ``__consumer_offsets``, the manager's own
-(:func:`compactlog.coordinator.group_metadata_manager.replay_partition`, as :mod:`compactlog.consumer_groups`
-reads it): committed offsets only, a transaction's once its COMMIT marker is written. A store without the
+One replay of ``__consumer_offsets`` by the read view (:func:`compactlog.consumer_groups.replayed`, the
+manager's own rules): committed offsets only, a transaction's once its COMMIT marker is written. A store without the
 topic has no groups.
 """
 
@@ -12,9 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..consumer_groups import offsets_by_group, replayed
 from ..consumer_horizon import ConsumerPositions
-from ..coordinator.committed_offsets import CommittedOffsets
-from ..coordinator.group_metadata_manager import OFFSETS_TOPIC, replay_partition
 from ..coordinator.offset_expiry import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from ..errors import CompactLogError
 
@@ -26,12 +24,8 @@ def consumer_positions(store: Store) -> ConsumerPositions:
     """Every group's committed offsets and the topics its stored members subscribe to. Only a ``consumer``
     group's subscriptions are Kafka's ConsumerProtocolSubscription; one that cannot be decoded counts as none
     (the group's committed offsets still count)."""
-    state = CommittedOffsets()
-    if OFFSETS_TOPIC in store.topics():
-        for partition in range(store.partitions(OFFSETS_TOPIC)):
-            replay_partition(store, partition, state)
-    committed = {group: {tp: value.offset for tp, value in state.committed(group).items()}
-                 for group in state.group_ids()}
+    state = replayed(store)
+    committed = offsets_by_group(state)
     subscribed = {group: frozenset(subscribed_topics(snapshot) or ()) for group, snapshot in state.snapshots.items()
                   if snapshot.protocol_type == CONSUMER_PROTOCOL_TYPE}
     return ConsumerPositions(committed, subscribed)
