@@ -44,8 +44,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from .cleaner.metrics import cleaner_metrics
 from .cleaner.state import read_cleaner_state
-from .coordinator.committed_offsets import CommittedOffsets
-from .coordinator.group_metadata_manager import OFFSETS_TOPIC, replay_partition
+from .consumer_groups import offsets_by_group, replayed
+from .coordinator.group_metadata_manager import OFFSETS_TOPIC
 from .errors import CompactLogError
 
 if TYPE_CHECKING:
@@ -157,9 +157,7 @@ def group_lag_gauges(committed: Mapping[str, Mapping[tuple[str, int], int]],
 
 def replayed_offsets(store: Store, partition: int) -> GroupOffsets:
     """The committed offsets of the groups of one ``__consumer_offsets`` partition."""
-    state = CommittedOffsets()
-    replay_partition(store, partition, state)
-    offsets = {group: {tp: value.offset for tp, value in state.committed(group).items()} for group in state.group_ids()}
+    offsets = offsets_by_group(replayed(store, [partition]))
     return {group: committed for group, committed in offsets.items() if committed}
 
 
