@@ -182,6 +182,24 @@ class ProducerStateManager:
                 entry.txn_start_ms = int(timestamps[start])
         return aborted
 
+    def apply_marker(self, producer_id: int, epoch: int, control_type: int, offset: int,
+                     timestamp: int) -> AbortedTxn | None:
+        """Update the state with one appended marker (what :meth:`apply` does for a one-row control run,
+        without reading columns back); returns the transaction it aborted, if any."""
+        self.next_offset = max(self.next_offset, offset + 1)
+        entry = self.entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(producer_id, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
+                                  txn_start_ms=entry.txn_start_ms if entry else -1)
+            self.entries[producer_id] = entry
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.last_offset = offset
+        aborted = None
+        if control_type == CONTROL_ABORT and entry.txn_first_offset is not None:
+            aborted = AbortedTxn(producer_id, entry.txn_first_offset, offset)
+        entry.txn_first_offset = None
+        return aborted
+
     # -- derived values --------------------------------------------------------------------------------
 
     def first_unstable_offset(self) -> int | None:

@@ -352,9 +352,15 @@ _MARKER_TRANSACTIONAL = repeat(True, pa.bool_(), 1)
 _MARKER_DELETE_HORIZON = repeat(NO_DELETE_HORIZON, pa.int64(), 1)
 
 
+def marker_arrays(producer_id: int, epoch: int, control_type: int, now_ms: int, offset: int = 0) -> list[pa.Array]:
+    """One transaction marker's columns (SCHEMA's order, one row each): a control row of the producer, no
+    key, value or headers."""
+    return [_MARKER_OFFSET if offset == 0 else repeat(offset, pa.int64(), 1), repeat(now_ms, pa.int64(), 1),
+            _MARKER_NO_BYTES, _MARKER_NO_BYTES, _MARKER_NO_HEADERS, repeat(producer_id, pa.int64(), 1),
+            repeat(epoch, pa.int16(), 1), _MARKER_SEQUENCE, _MARKER_TRANSACTIONAL, repeat(control_type, pa.int8(), 1),
+            _MARKER_DELETE_HORIZON]
+
+
 def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:
-    """One transaction marker as a row: a control row of the producer, no key, value or headers."""
-    return pa.Table.from_arrays([
-        _MARKER_OFFSET, repeat(now_ms, pa.int64(), 1), _MARKER_NO_BYTES, _MARKER_NO_BYTES, _MARKER_NO_HEADERS,
-        repeat(producer_id, pa.int64(), 1), repeat(epoch, pa.int16(), 1), _MARKER_SEQUENCE,
-        _MARKER_TRANSACTIONAL, repeat(control_type, pa.int8(), 1), _MARKER_DELETE_HORIZON], schema=SCHEMA)
+    """One transaction marker as a row (:func:`marker_arrays`)."""
+    return pa.Table.from_arrays(marker_arrays(producer_id, epoch, control_type, now_ms), schema=SCHEMA)

@@ -4,14 +4,15 @@ Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flo
 
 * ``producer-ids``: the next producer id to hand out, ``<decimal number> <CRC32 of it, 8 hex digits>``
   (a file of the number alone, written before the checksum, is still read);
-* ``<transactional id>.json`` (the id escaped into a safe file name; a long id hashed, :func:`_file_name`):
-  ``{"transactional_id", "producer_id", "epoch", "partitions": [[topic, partition], ...] (every partition
-  the id ever wrote to), "state": "Ready" | "Ongoing" | "PrepareCommit" | "CompleteCommit" | "CompleteAbort"
+* ``<transactional id>.state``: the id's state log (:mod:`compactlog.transaction_state_manager`: a line a
+  change, appended, the latest last, each line ``<CRC32> {"transactional_id", "producer_id", "epoch",
+  "partitions": [[topic, partition], ...] (every partition the id ever wrote to), "state": "Ready" |
+  "Ongoing" | "PrepareCommit" | "CompleteCommit" | "CompleteAbort"
   (:mod:`compactlog.transaction_transitions`), "prepared": [[topic, partition], ...], "timeout_ms",
   "txn_start_ms": when the coordinator saw the id's latest transaction begin (the store's clock), or null,
   "ongoing": the partitions of a wire producer's ongoing transaction, "last_epoch": the epoch before the
-  last InitProducerId bump, or -1}``, written to a temporary file, fsynced and renamed (the directory
-  fsynced after the rename where a machine crash must not undo it, :meth:`TransactionCoordinator._write`).
+  last InitProducerId bump, or -1}``), fdatasynced where a machine crash must not undo the change; kept in
+  memory too, checked against the file's identity (another process may have changed it) at each use.
 
 The wire's transactions (:mod:`compactlog.broker.txn_apis`) keep their state here too rather than in a
 ``__transaction_state`` topic as Kafka does: the store's Python producers, in other processes, register
@@ -56,16 +57,11 @@ Rules (Kafka's transaction coordinator, on one machine):
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
-import uuid
 import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from .data_dir import exclusive_lock
 from .errors import (
     ConcurrentTransactionsError,
     CorruptTransactionStateError,
@@ -74,7 +70,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .flush import flush_logs
-from .segment import fsync_path
+from .transaction_state_manager import TransactionStateManager, read_transaction_state
 from .transaction_transitions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -94,10 +90,11 @@ if TYPE_CHECKING:
     from .config import BrokerConfig
     from .log import Log
 
+__all__ = ["EPOCH_MAX", "TXN_DIR", "CoordinatedStore", "TransactionCoordinator", "check_transaction_timeout",
+           "format_producer_ids", "parse_producer_ids", "read_transaction_state", "transaction_expired"]
+
 TXN_DIR = ".transactions"
 EPOCH_MAX = 32767
-_SAFE_ID = re.compile(r"[^A-Za-z0-9._-]")
-_NAME_MAX = 255  # the longest file name most file systems take, in bytes
 
 
 def check_transaction_timeout(transactional_id: str, timeout_ms: int, max_timeout_ms: int) -> None:
@@ -130,17 +127,6 @@ def parse_producer_ids(data: bytes) -> int:
     return int(fields[0])
 
 
-def _file_name(transactional_id: str) -> str:
-    """A file name for any transactional id: safe characters kept, the rest escaped, never a path. An id
-    whose escaped name would pass the file system's name limit (``NAME_MAX``, 255 bytes; Kafka takes ids up
-    to 32,767 bytes) is named ``#<sha-256 of the id>.json`` instead: ``#`` is escaped in every other name,
-    so the two forms never meet, and the file itself holds the id."""
-    name = _SAFE_ID.sub(lambda m: f"%{ord(m.group()):04x}", transactional_id) + ".json"
-    if len(name) <= _NAME_MAX:
-        return name
-    return "#" + hashlib.sha256(transactional_id.encode("utf-8", "surrogatepass")).hexdigest() + ".json"
-
-
 class CoordinatedStore(Protocol):
     """What the coordinator uses of its store (:class:`compactlog.store.Store` is one): the coordinator
     depends on this, never on the store, so that the store can own the coordinator."""
@@ -155,18 +141,6 @@ class CoordinatedStore(Protocol):
                      flush: bool = True) -> int: ...
 
 
-def read_transaction_state(path: str) -> TransactionMetadata:
-    """One ``<transactional id>.json``; FileNotFoundError if there is none, CorruptTransactionStateError
-    naming the file if it cannot be read."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return TransactionMetadata.from_json(json.load(f))
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError and JSON errors are ValueErrors
-        raise CorruptTransactionStateError(f"cannot read transaction state {path}: {type(e).__name__}: {e}") from e
-
-
 class TransactionCoordinator:
     """Producer ids and transactions of one store."""
 
@@ -177,35 +151,12 @@ class TransactionCoordinator:
         # Called (producer id, commit) once a transaction's markers are written by this coordinator object:
         # the broker's group metadata manager completes the transaction's offsets (TxnOffsetCommit).
         self.completion_listeners: list[Callable[[int, bool], None]] = []
-        os.makedirs(self.directory, exist_ok=True)
-        with self._locked():  # every write holds the lock: a .tmp seen under it is a killed write's
-            for name in os.listdir(self.directory):
-                if name.endswith(".tmp"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(self.directory, name))
+        self.state = TransactionStateManager(self.directory)
+        with self._locked():
+            self.state.remove_killed_writes()
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
-        return exclusive_lock(os.path.join(self.directory, ".lock"))
-
-    def _write(self, name: str, text: str, sync: bool = True) -> None:
-        """Replace ``name`` whole (a temporary file renamed over it). With ``sync`` the new file survives a
-        machine crash: its bytes are fsynced before the rename and the directory after it, since the rename
-        lives in the directory and may be lost with it, bringing back the old file. The writes that need
-        this are those a machine crash must not undo once answered: a PrepareCommit (the commit decision,
-        durable before any COMMIT marker, so a crash between markers is completed, never aborted), a
-        partition new to the id (an expiry must find the open transaction there), and ``producer-ids``
-        (an id handed out is never handed out again). The others survive a process crash only (see
-        :meth:`add_partitions`, :meth:`end_ongoing_transaction`)."""
-        path = os.path.join(self.directory, name)
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if sync:
-            fsync_path(self.directory)
+        return self.state.locked()
 
     def _next_producer_id(self) -> int:
         path = os.path.join(self.directory, "producer-ids")
@@ -216,31 +167,19 @@ class TransactionCoordinator:
             next_id = 0
         except ValueError as e:
             raise CorruptTransactionStateError(f"cannot read {path}: {e}") from e
-        self._write("producer-ids", format_producer_ids(next_id + 1))
+        self.state.write_whole("producer-ids", format_producer_ids(next_id + 1))
         return next_id
 
     def _load(self, transactional_id: str) -> TransactionMetadata | None:
-        try:
-            return read_transaction_state(os.path.join(self.directory, _file_name(transactional_id)))
-        except FileNotFoundError:
-            return None
+        return self.state.load(transactional_id)
 
     def _save(self, meta: TransactionMetadata, sync: bool = True) -> None:
-        self._write(_file_name(meta.transactional_id), json.dumps(meta.to_json()), sync)
+        self.state.save(meta, sync)
 
     def _all(self) -> list[TransactionMetadata]:
         """Every transactional id's state that can be read; an unreadable file fails only its own id: it is
         left out and kept in ``self.unreadable`` (file -> reason) until the next call."""
-        found, self.unreadable = [], {}
-        for name in sorted(os.listdir(self.directory)):
-            if name.endswith(".json"):
-                path = os.path.join(self.directory, name)
-                try:
-                    found.append(read_transaction_state(path))
-                except FileNotFoundError:
-                    continue  # removed since the listing
-                except CorruptTransactionStateError as e:
-                    self.unreadable[path] = str(e)
+        found, self.unreadable = self.state.all_states()
         return found
 
     def states(self) -> list[TransactionMetadata]:
@@ -401,8 +340,9 @@ class TransactionCoordinator:
     def check_in_transaction(self, transactional_id: str, producer_id: int, epoch: int,
                              partition: TopicPartition) -> None:
         """Raise unless ``partition`` is in the producer's ongoing transaction (Produce, TxnOffsetCommit).
-        Reads without the lock: a state file is replaced whole (renamed), never seen half written."""
-        check_in_transaction(self._load(transactional_id), transactional_id, producer_id, epoch, partition)
+        Reads without the lock (:meth:`TransactionStateManager.peek`: the cached state while its file is
+        unchanged; called for every transactional batch)."""
+        check_in_transaction(self.state.peek(transactional_id), transactional_id, producer_id, epoch, partition)
 
     def _open_partitions(self, meta: TransactionMetadata) -> list[TopicPartition]:
         """The id's partitions where its producer has an open transaction."""

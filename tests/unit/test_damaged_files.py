@@ -110,13 +110,13 @@ def test_a_damaged_transaction_file_fails_that_transactional_id_only(tmp_path: P
         producer.commit_transaction()
         producer.close()
     store.close()
-    state = data / ".transactions" / "bad.json"
+    state = data / ".transactions" / "bad.state"
     state.write_bytes(b"\xff\xfe not json")
     store = compactlog.open(str(data), clock=clock)
     report = store.clean(force=True)  # expiring transactions scans every id: the damaged one is reported
     assert str(state) in report.failed_transactions[str(state)]
     assert sorted((p.topic, p.partition) for p in report.partitions) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
-    with pytest.raises(CorruptTransactionStateError, match=r"bad\.json"):
+    with pytest.raises(CorruptTransactionStateError, match=r"bad\.state"):
         store.producer(transactional_id="bad")
     producer = store.producer(transactional_id="good")  # the other id still works
     producer.begin_transaction()

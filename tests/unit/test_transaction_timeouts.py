@@ -3,13 +3,13 @@ that sends nothing (Kafka's transaction coordinator)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 import compactlog
+from compactlog.transaction_state_manager import read_transaction_state
 from support import FakeClock
 
 DAY = 86_400_000
@@ -24,7 +24,7 @@ def open_store(path: Path, clock: FakeClock, server_properties: str = "") -> com
 
 
 def coordinator_file(path: Path, transactional_id: str) -> dict[str, object]:
-    return json.loads((path / ".transactions" / f"{transactional_id}.json").read_text())
+    return read_transaction_state(str(path / ".transactions" / f"{transactional_id}.state")).to_json()
 
 
 @pytest.mark.parametrize("create_time", [1_000, FakeClock().now + 10 * DAY], ids=["old", "future"])
@@ -80,7 +80,7 @@ def test_a_timeout_above_the_broker_maximum_is_refused_at_producer_creation(tmp_
     store = open_store(tmp_path, clock)
     with pytest.raises(compactlog.InvalidTransactionTimeoutError, match=r"transaction\.max\.timeout\.ms=900000"):
         store.producer(transactional_id="w", transaction_timeout_ms=900_001)
-    assert not (tmp_path / ".transactions" / "w.json").exists()  # nothing registered
+    assert not (tmp_path / ".transactions" / "w.state").exists()  # nothing registered
     store.producer(transactional_id="w", transaction_timeout_ms=900_000).close()
     assert issubclass(compactlog.InvalidTransactionTimeoutError, compactlog.CompactLogError)
     # An idempotent producer has no transaction to time out: Kafka does not check its timeout either.
@@ -100,7 +100,7 @@ def test_a_transaction_that_sends_nothing_writes_no_marker_and_costs_no_coordina
     clock = FakeClock()
     store = open_store(tmp_path, clock)
     producer = store.producer(transactional_id="w")
-    state = tmp_path / ".transactions" / "w.json"
+    state = tmp_path / ".transactions" / "w.state"
     written = os.stat(state).st_mtime_ns, os.stat(state).st_ino
     for finish in (producer.commit_transaction, producer.abort_transaction):
         producer.begin_transaction()

@@ -284,7 +284,9 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
     store.log("out", 0)  # opened before counting: opening a partition writes files of its own
     synced: list[int] = []
     real_fsync, real_sync_data = os.fsync, active_segment.sync_data  # a segment's appends: fdatasync
+    real_fdatasync = os.fdatasync  # the coordinator's state log
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real_fdatasync(fd))[1])
     monkeypatch.setattr(active_segment, "sync_data", lambda fd: (synced.append(fd), real_sync_data(fd))[1])
 
     def one_transaction(sequence: int) -> int:
@@ -296,7 +298,7 @@ def test_only_a_partition_new_to_the_id_and_the_markers_are_fsynced(tmp_path: Pa
         return len(synced)
 
     first, second = one_transaction(0), one_transaction(1)
-    assert first == second + 2  # the id's first transaction there records the partition durably (file, directory)
+    assert first == second + 1  # the id's first transaction there records the partition durably (its state log)
     assert second == 1  # then only the COMMIT marker (which also makes the transaction's rows durable)
 
 

@@ -39,12 +39,17 @@ from ..faults import fault_point, io_fault
 from ..frame_plan import plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
-from ..record import SCHEMA, marker_rows, producer_rows
+from ..record import CONTROL_COMMIT, SCHEMA, marker_arrays, marker_rows, producer_rows
 from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
 from .directory import fsync_dir, live_segments
 from .producers import PRODUCER_COLUMNS, LogProducerState
+
+# The columns a transaction marker leaves at their defaults (not stored), and the bytes its row adds to a
+# frame for the roll decision (:func:`row_sizes` of the row: no key, value or headers).
+_MARKER_OMITTED = omitted_columns(marker_rows(0, 0, CONTROL_COMMIT, 0))
+_MARKER_ROW_BYTES = row_sizes(marker_rows(0, 0, CONTROL_COMMIT, 0), _MARKER_OMITTED)
 
 # A frame encoded by the helper thread (header, payload), or the error it raised instead.
 _Encoded = tuple[tuple[bytes, pa.Buffer] | None, BaseException | None]
@@ -296,11 +301,39 @@ class Log:
             return first, now, False
 
     def append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool = True) -> int:
-        """Append a transaction marker (COMMIT or ABORT control row) for a producer; returns its offset."""
+        """Append a transaction marker (COMMIT or ABORT control row) for a producer; returns its offset.
+
+        What :meth:`append` does with :func:`marker_rows`, for a row whose shape never changes: its frame
+        built from the marker's columns directly (the columns a marker leaves at their defaults,
+        :data:`_MARKER_OMITTED`, known once), the roll decided by the same plan, the producer state updated
+        from the values rather than read back. Same frame bytes, same crash behaviour: the frame is one
+        write, all or nothing, and an I/O error cuts it as :meth:`_undo_append` does."""
         with self.locked():
             self._producers.manager.check_epoch(producer_id, epoch)
-            first, _ = self.append(marker_rows(producer_id, epoch, control_type, self._clock()), flush=flush)
-            return first
+            now = self._clock()
+            config = self._config()
+            (_, _, roll_first), = plan_frames(SegmentStats.from_meta(self._active.meta()), _MARKER_ROW_BYTES,
+                                              np.array([now], dtype=np.int64), config.segment_bytes, config.roll_ms)
+            active, size = self._active, self._active.size
+            try:
+                if roll_first:
+                    self._roll()
+                offset = self._active.next_offset
+                columns = marker_arrays(producer_id, epoch, control_type, now, offset)
+                schema, kept = stored_columns(_MARKER_OMITTED)
+                batch = pa.RecordBatch.from_arrays([columns[i] for i in kept], schema=schema)
+                header, payload = encode_stored(batch, _MARKER_OMITTED)
+                io_fault("log.frame-write")
+                self._active.append_encoded(header, payload, batch)
+                fault_point("log.frame-appended")
+                self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
+                if flush:
+                    sync_and_close(self._active.open_for_sync())
+            except OSError as e:
+                self._undo_append(active, size)
+                raise KafkaStorageError(f"{self.topic}-{self.partition}: append of a transaction marker failed "
+                                        f"and is not acknowledged: {e}") from e
+            return offset
 
     # -- producer state and transactions -------------------------------------------------------------------
 

@@ -58,6 +58,13 @@ class LogProducerState:
             if aborted.last_offset >= active_base:
                 self.active_aborted.append(aborted)
 
+    def apply_marker(self, producer_id: int, epoch: int, control_type: int, offset: int, timestamp: int,
+                     active_base: int) -> None:
+        """Take one appended marker into the state (:meth:`apply` of its row)."""
+        aborted = self.manager.apply_marker(producer_id, epoch, control_type, offset, timestamp)
+        if aborted is not None and aborted.last_offset >= active_base:
+            self.active_aborted.append(aborted)
+
     def rebuild(self, end_offset: int, active_base: int, rows_from: Callable[[int], Iterable[pa.Table]]) -> None:
         """The newest usable snapshot at or below ``end_offset``, then ``rows_from`` its offset on."""
         state: ProducerStateManager | None = None
