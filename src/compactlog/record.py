@@ -26,6 +26,7 @@ them as records. The delete horizon is per record (Kafka keeps it per batch).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -344,7 +345,6 @@ def records_of(tables: Iterator[pa.Table]) -> Iterator[Record]:
 # The columns every transaction marker row shares, built once (Arrow arrays are immutable): a marker is
 # appended to each partition of every transaction.
 # Built with columns.repeat: pa.array of a Python list imports pandas, which `import compactlog` must not.
-_MARKER_OFFSET = repeat(0, pa.int64(), 1)
 _MARKER_NO_BYTES = pa.nulls(1, pa.binary())
 _MARKER_NO_HEADERS = pa.nulls(1, HEADER_TYPE)
 _MARKER_SEQUENCE = repeat(NO_SEQUENCE, pa.int32(), 1)
@@ -352,13 +352,18 @@ _MARKER_TRANSACTIONAL = repeat(True, pa.bool_(), 1)
 _MARKER_DELETE_HORIZON = repeat(NO_DELETE_HORIZON, pa.int64(), 1)
 
 
+def _one(type: pa.DataType, code: str, value: int) -> pa.Array:
+    """A one-value not-null array of a fixed-width ``type`` whose little-endian ``struct`` code is ``code``."""
+    return pa.Array.from_buffers(type, 1, [None, pa.py_buffer(struct.pack(code, value))])
+
+
 def marker_arrays(producer_id: int, epoch: int, control_type: int, now_ms: int, offset: int = 0) -> list[pa.Array]:
     """One transaction marker's columns (SCHEMA's order, one row each): a control row of the producer, no
-    key, value or headers."""
-    return [_MARKER_OFFSET if offset == 0 else repeat(offset, pa.int64(), 1), repeat(now_ms, pa.int64(), 1),
-            _MARKER_NO_BYTES, _MARKER_NO_BYTES, _MARKER_NO_HEADERS, repeat(producer_id, pa.int64(), 1),
-            repeat(epoch, pa.int16(), 1), _MARKER_SEQUENCE, _MARKER_TRANSACTIONAL, repeat(control_type, pa.int8(), 1),
-            _MARKER_DELETE_HORIZON]
+    key, value or headers. The varying values are packed into buffers directly: a marker is appended to
+    each partition of every transaction."""
+    return [_one(pa.int64(), "<q", offset), _one(pa.int64(), "<q", now_ms), _MARKER_NO_BYTES, _MARKER_NO_BYTES,
+            _MARKER_NO_HEADERS, _one(pa.int64(), "<q", producer_id), _one(pa.int16(), "<h", epoch), _MARKER_SEQUENCE,
+            _MARKER_TRANSACTIONAL, _one(pa.int8(), "<b", control_type), _MARKER_DELETE_HORIZON]
 
 
 def marker_rows(producer_id: int, epoch: int, control_type: int, now_ms: int) -> pa.Table:

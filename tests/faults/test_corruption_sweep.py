@@ -19,7 +19,8 @@ Outcomes:
 * ``tail``: the active segment's last frames are gone, truncated by recovery with a warning on the
   ``compactlog`` logger (a torn tail: Kafka's recovery), what was read before them is intact;
 * ``unchecked``: a value of a file in a text format with no checksum (Kafka's ``meta.properties``, the
-  cleaner checkpoint, ``server.properties``, ``.transactions/<id>.state``: a torn or damaged last line gives the state before it) changed into another valid value,
+  cleaner checkpoint, ``server.properties``; ``.transactions/<id>.state``, whose damaged last line is taken
+  for a torn tail and gives the state before it) changed into another valid value,
   the records read unchanged; the sweep counts these, it cannot tell them from an edit;
 * ``wrong``: anything else read differently; ``raw``: any other exception. ``raw`` must stay at 0 for every
   file, ``wrong`` for the files that carry checksums (:data:`CHECKED_KINDS`).

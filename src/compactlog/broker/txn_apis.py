@@ -100,18 +100,33 @@ def _init_answer(code: int, producer_id: int, epoch: int) -> dict[str, Any]:
 async def handle_add_partitions_to_txn(context: BrokerContext, request: Any, version: int,
                                        listener: str) -> dict[str, Any]:
     topics = [(topic.name, list(topic.partitions)) for topic in request.v3_and_below_topics]
-    unknown = await context.run(_unknown_partitions, context, topics)
+    # One trip to the storage threads for the check and the add (each trip is a thread handoff).
+    unknown, code = await context.run(_add_known_partitions, context, request.v3_and_below_transactional_id,
+                                      request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                                      topics, version)
     if unknown:
         codes = {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else OPERATION_NOT_ATTEMPTED
                  for name, partitions in topics for tp in ((name, p) for p in partitions)}
     else:
-        code = await _add_to_transaction(context, request.v3_and_below_transactional_id,
-                                         request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-                                         [(name, p) for name, partitions in topics for p in partitions], version)
         codes = {(name, p): code for name, partitions in topics for p in partitions}
     return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
         {"name": name, "results_by_partition": [{"partition_index": p, "partition_error_code": codes[name, p]}
                                                 for p in partitions]} for name, partitions in topics]}
+
+
+def _add_known_partitions(context: BrokerContext, transactional_id: str, producer_id: int, epoch: int,
+                          topics: list[tuple[str, list[int]]], version: int) -> tuple[set[tuple[str, int]], int]:
+    """AddPartitionsToTxn in the storage thread: the partitions that do not exist (then none is added), or
+    none and the code of adding them all."""
+    unknown = _unknown_partitions(context, topics)
+    if unknown:
+        return unknown, NONE
+    try:
+        context.store.transactions.add_to_transaction(transactional_id, producer_id, epoch,
+                                                      [(name, p) for name, partitions in topics for p in partitions])
+    except CompactLogError as e:
+        return unknown, txn_error_code(e, version, 2)
+    return unknown, NONE
 
 
 async def _add_to_transaction(context: BrokerContext, transactional_id: str, producer_id: int, epoch: int,

@@ -31,12 +31,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns, sync_and_close
-from ..cleaner.plan import SegmentStats, idle_roll_due
+from ..cleaner.plan import SegmentStats, idle_roll_due, should_roll
 from ..columns import repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
-from ..frame_plan import plan_frames, row_sizes
+from ..frame_plan import FRAME_OVERHEAD_BYTES, plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
 from ..record import CONTROL_COMMIT, SCHEMA, marker_arrays, marker_rows, producer_rows
@@ -47,9 +47,10 @@ from .directory import fsync_dir, live_segments
 from .producers import PRODUCER_COLUMNS, LogProducerState
 
 # The columns a transaction marker leaves at their defaults (not stored), and the bytes its row adds to a
-# frame for the roll decision (:func:`row_sizes` of the row: no key, value or headers).
+# frame for the roll decision (:func:`plan_frames` of its one row: :func:`row_sizes`, no key, value or
+# headers, plus a frame's overhead).
 _MARKER_OMITTED = omitted_columns(marker_rows(0, 0, CONTROL_COMMIT, 0))
-_MARKER_ROW_BYTES = row_sizes(marker_rows(0, 0, CONTROL_COMMIT, 0), _MARKER_OMITTED)
+_MARKER_FRAME_BYTES = int(row_sizes(marker_rows(0, 0, CONTROL_COMMIT, 0), _MARKER_OMITTED)[0]) + FRAME_OVERHEAD_BYTES
 
 # A frame encoded by the helper thread (header, payload), or the error it raised instead.
 _Encoded = tuple[tuple[bytes, pa.Buffer] | None, BaseException | None]
@@ -261,9 +262,7 @@ class Log:
                         frames, batches, _encode_ahead(batches, omitted), strict=True):
                     if roll_first:
                         self._roll()
-                    io_fault("log.frame-write")
-                    self._active.append_encoded(header, payload, batch)
-                    fault_point("log.frame-appended")
+                    self._append_frame(header, payload, batch)
                     rows = table.slice(start, batch.num_rows)
                     self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
                 if flush:
@@ -273,6 +272,13 @@ class Log:
                 raise KafkaStorageError(f"{self.topic}-{self.partition}: append of {n} rows at offset "
                                         f"{first_offset} failed and is not acknowledged: {e}") from e
             return first_offset, now
+
+    def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch) -> None:
+        """Write one encoded frame to the active segment (the I/O fault point before, the crash point after:
+        every append's and every marker's frames pass here)."""
+        io_fault("log.frame-write")
+        self._active.append_encoded(header, payload, batch)
+        fault_point("log.frame-appended")
 
     def _undo_append(self, active: ActiveSegment, size: int) -> None:
         """After an I/O error part-way through an append: cut its frames from the active segment (when it did
@@ -312,8 +318,8 @@ class Log:
             self._producers.manager.check_epoch(producer_id, epoch)
             now = self._clock()
             config = self._config()
-            (_, _, roll_first), = plan_frames(SegmentStats.from_meta(self._active.meta()), _MARKER_ROW_BYTES,
-                                              np.array([now], dtype=np.int64), config.segment_bytes, config.roll_ms)
+            roll_first = should_roll(SegmentStats.from_meta(self._active.meta()), _MARKER_FRAME_BYTES, now,
+                                     segment_bytes=config.segment_bytes, roll_ms=config.roll_ms)
             active, size = self._active, self._active.size
             try:
                 if roll_first:
@@ -323,9 +329,7 @@ class Log:
                 schema, kept = stored_columns(_MARKER_OMITTED)
                 batch = pa.RecordBatch.from_arrays([columns[i] for i in kept], schema=schema)
                 header, payload = encode_stored(batch, _MARKER_OMITTED)
-                io_fault("log.frame-write")
-                self._active.append_encoded(header, payload, batch)
-                fault_point("log.frame-appended")
+                self._append_frame(header, payload, batch)
                 self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
                 if flush:
                     sync_and_close(self._active.open_for_sync())
