@@ -106,7 +106,8 @@ class InvalidRequestError(CompactLogError, ValueError):
 
 
 class CorruptTransactionStateError(CompactLogError):
-    """A transactional id's ``.transactions/<id>.json`` that cannot be read; the other ids are unaffected."""
+    """A transactional id's ``.transactions/<id>.state`` (or ``.json``, the earlier format) that cannot be
+    read; the other ids are unaffected."""
 
 
 class ReportWriteError(CompactLogError, OSError):

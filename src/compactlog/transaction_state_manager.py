@@ -93,10 +93,11 @@ def state_record(meta: TransactionMetadata) -> bytes:
     return b"%08x %s\n" % (zlib.crc32(text), text)
 
 
-def parse_state_log(data: bytes, path: str) -> tuple[TransactionMetadata, bool]:
+def parse_state_log(data: bytes, path: str, warn: bool = True) -> tuple[TransactionMetadata, bool]:
     """The latest state a state log holds, and whether the file ends with a whole line (the next append may
-    follow it directly). A torn last line is passed over with a warning; CorruptTransactionStateError
-    naming ``path`` when no line is valid."""
+    follow it directly). A torn last line is passed over, with a warning if ``warn`` (a reader without the
+    lock may also see a line still being written); CorruptTransactionStateError naming ``path`` when no
+    line is valid."""
     end = len(data)
     torn = False
     while end > 0:
@@ -104,7 +105,7 @@ def parse_state_log(data: bytes, path: str) -> tuple[TransactionMetadata, bool]:
         line = data[start:end]
         meta = _parse_line(line)
         if meta is not None:
-            if torn:
+            if torn and warn:
                 _log.warning("%s: the torn tail of a write cut short by a crash passed over (%d bytes); "
                              "the state before it is the id's", path, len(data) - end)
             return meta, data.endswith(b"\n")
@@ -170,6 +171,7 @@ class TransactionStateManager:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self._cache: dict[str, _Cached] = {}
+        self._paths: dict[str, str] = {}  # transactional id -> its state log (escaping is a regex pass)
         os.makedirs(directory, exist_ok=True)
 
     def locked(self) -> contextlib.AbstractContextManager[None]:
@@ -185,7 +187,11 @@ class TransactionStateManager:
                     os.unlink(os.path.join(self.directory, name))
 
     def path(self, transactional_id: str) -> str:
-        return os.path.join(self.directory, file_stem(transactional_id) + STATE_SUFFIX)
+        path = self._paths.get(transactional_id)
+        if path is None:
+            path = self._paths[transactional_id] = os.path.join(self.directory,
+                                                                file_stem(transactional_id) + STATE_SUFFIX)
+        return path
 
     # -- reads ---------------------------------------------------------------------------------------------
 
@@ -218,7 +224,7 @@ class TransactionStateManager:
             return self._lookup(transactional_id, fill)
         except OSError as e:
             raise CorruptTransactionStateError(f"cannot read transaction state {path}: {e}") from e
-        meta, whole_lines = parse_state_log(data, path)
+        meta, whole_lines = parse_state_log(data, path, warn=fill)
         found = _Cached(file, meta, whole_lines)
         if fill:
             self._cache[path] = found
