@@ -15,6 +15,7 @@ import pytest
 import compactlog
 from compactlog import transaction_state_manager
 from compactlog.errors import CorruptTransactionStateError, InvalidTxnStateError, ProducerFencedError
+from compactlog.log import Log
 from compactlog.transaction_state_manager import legacy_file_name, parse_state_log, read_transaction_state
 from compactlog.transaction_transitions import ONGOING, TransactionMetadata
 from support import FakeClock
@@ -113,3 +114,33 @@ def test_a_cached_state_is_read_again_once_another_process_changed_it(tmp_path: 
         ours.transactions.add_to_transaction("app", pid, epoch, [("out", 1)])
     ours.close()
     theirs.close()
+
+
+def test_a_crash_between_the_commit_decision_and_the_markers_is_completed_by_the_next_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = open_store(tmp_path)
+    coordinator = store.transactions
+    pid, epoch = coordinator.init_producer("app", 60_000)
+    coordinator.add_to_transaction("app", pid, epoch, [("out", 0), ("out", 1)])
+    for partition in (0, 1):
+        store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
+
+    def die(*args: object, **kwargs: object) -> int:
+        raise OSError("the process died here")
+
+    monkeypatch.setattr(Log, "append_marker", die)
+    with pytest.raises(OSError):
+        coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
+    monkeypatch.undo()
+    path = Path(coordinator.state.path("app"))
+    assert read_transaction_state(str(path)).state == "PrepareCommit"
+    store.close()
+    with path.open("ab") as f:  # and the next state's write was cut short too
+        f.write(b"0badf00d {\"transactional_id\": \"app\"")
+    restarted = open_store(tmp_path)  # a new process: nothing cached
+    assert [r.value for r in restarted.read("out", 1, isolation_level="read_committed")] == []
+    assert restarted.transactions.init_producer("app", 60_000) == (pid, epoch + 1)  # commits first, then bumps
+    for partition in (0, 1):
+        assert [r.value for r in restarted.read("out", partition, isolation_level="read_committed")] == [b"v"]
+        assert restarted.log("out", partition).aborted_transactions(0) == []
+    restarted.close()
