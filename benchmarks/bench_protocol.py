@@ -29,10 +29,26 @@ How a run is laid out, and why:
   every :data:`POLL_EVERY` messages to serve delivery reports as they come; a consumer asks for the topic's
   metadata before the clock starts, so that ``assign`` finds the partition's leader known (otherwise
   librdkafka retries its offset lookup on a fixed 500 ms timer, which would be measured as consume time);
-  its ``fetch.queue.backoff.ms`` is 10 ms, not the default 1,000: librdkafka stops fetching while its queue
-  holds ``queued.min.messages`` (100k) and waits that long before it looks again, so a broker that fetches
-  faster than the Python loop consumes would be measured as mostly idle seconds (its documentation says to
-  lower it when one sees ~1 s pauses between messages).
+  the consumer's settings (:data:`CONSUMER_CONFIG`, the same on both brokers) are those a user tuning
+  librdkafka for one partition's throughput sets, each for a reason: ``fetch.queue.backoff.ms`` 10 ms, not
+  the default 1,000: librdkafka stops fetching while its queue holds ``queued.min.messages`` (100k) and
+  waits that long before it looks again, so a broker that fetches faster than the Python loop consumes
+  would be measured as mostly idle seconds (its documentation says to lower it when one sees ~1 s pauses
+  between messages); ``fetch.max.bytes`` 50 MiB and ``max.partition.fetch.bytes`` 1 MiB (their defaults,
+  stated): librdkafka keeps one Fetch in flight per broker, so one partition's records come ~7,900 (1 MiB)
+  a round trip; larger partition fetches were measured too and did not help this broker on this shared
+  machine (each response takes longer to read and encode, while the client's queue is what feeds the
+  loop), and Kafka 0.9 honours the same limit (Fetch v0 has only the partition's). Everything else is
+  librdkafka's default: ``isolation.level`` read_committed (Kafka 0.9's Fetch v0 has no isolation
+  level; on ours the read-ahead serves it, see :mod:`compactlog.broker.fetch_read_ahead`),
+  ``check.crcs`` false, ``queued.min.messages`` 100k, ``queued.max.messages.kbytes`` 64 MiB,
+  ``fetch.wait.max.ms`` 500 and ``fetch.min.bytes`` 1 (they matter only at the log end); the loop takes
+  ``consume(10_000)`` at a time and reads each message's error and offset, with Python's cyclic garbage
+  collector paused (``gc.disable()``) while it runs, as a Python consumer tuned for throughput does:
+  every ``consume`` makes 10,000 ``Message`` objects, which the collector tracks (they may hold
+  references), so at its default thresholds it walks its generations over them a dozen times a call,
+  about a fifth of the client's CPU in a profile, though they hold no cycles and reference counting
+  frees each batch.
 
 Run: ``python benchmarks/bench_protocol.py [--records N] [--keys K] [--runs R] [--no-anchor]``.
 """
@@ -41,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import statistics
 import subprocess
@@ -61,6 +78,10 @@ TARGET_PRODUCE, TARGET_CONSUME = 250_000, 500_000
 POLL_EVERY = 1_000  # produce() calls between poll(0)s
 WARMUP_SHARE = 10  # the warm-up round produces records // WARMUP_SHARE
 OURS, ANCHOR = "compactlog", f"Kafka {KAFKA_VERSION}"
+# The consumer's settings on both brokers (see the module docstring for each one's reason).
+CONSUMER_CONFIG: dict[str, object] = {"enable.auto.commit": False, "enable.partition.eof": True,
+                                      "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 1 << 20,
+                                      "fetch.queue.backoff.ms": 10}
 
 
 @dataclass(frozen=True)
@@ -153,20 +174,22 @@ def consume(broker: Broker, first: int, last: int) -> float:
     import confluent_kafka
 
     consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench",
-                                         "enable.auto.commit": False, "enable.partition.eof": True,
-                                         "fetch.max.bytes": 52_428_800, "fetch.queue.backoff.ms": 10,
-                                         **broker.client_config})
+                                         **CONSUMER_CONFIG, **broker.client_config})
     consumer.list_topics(TOPIC, timeout=60)  # the leader is known before assign (see the module docstring)
     offset = first - 1
-    started = time.perf_counter()
-    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, first)])
-    while offset < last:
-        for message in consumer.consume(10_000, 10):
-            if message.error() is None:
-                offset = message.offset()
-            elif message.error().code() != confluent_kafka.KafkaError._PARTITION_EOF:
-                raise SystemExit(f"consume failed: {message.error()}")
-    elapsed = time.perf_counter() - started
+    gc.disable()  # see the module docstring
+    try:
+        started = time.perf_counter()
+        consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, first)])
+        while offset < last:
+            for message in consumer.consume(10_000, 10):
+                if message.error() is None:
+                    offset = message.offset()
+                elif message.error().code() != confluent_kafka.KafkaError._PARTITION_EOF:
+                    raise SystemExit(f"consume failed: {message.error()}")
+        elapsed = time.perf_counter() - started
+    finally:
+        gc.enable()
     consumer.close()
     return elapsed
 

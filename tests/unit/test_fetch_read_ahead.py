@@ -29,12 +29,13 @@ def rows(start: int, n: int) -> pa.Table:
                      "value": [b"value-%04d" % i for i in range(start, start + n)]})
 
 
-def request(offset: int, records: int) -> Any:
+def request(offset: int, records: int, isolation_level: int = 0) -> Any:
     partition = FetchRequest.FetchTopic.FetchPartition(
         version=12, partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
         log_start_offset=-1, partition_max_bytes=records * RECORD_BYTES)
     return FetchRequest(version=12, replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
-                        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
+                        isolation_level=isolation_level,
+                        session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=[],
                         topics=[FetchRequest.FetchTopic(version=12, topic="t", partitions=[partition])])
 
 
@@ -43,6 +44,8 @@ def answered(response: dict[str, Any]) -> tuple[list[tuple[int, bytes]], int]:
     assert partition["error_code"] == 0
     records = []
     for batch in decode_batches(partition["records"]):
+        if batch.is_control:
+            continue
         table = batch.records
         for delta, key in zip(table.column("offset_delta").to_pylist(), table.column("key").to_pylist(),
                               strict=True):
@@ -95,14 +98,78 @@ def test_a_clean_after_the_read_ahead_makes_the_fetch_read_again(tmp_path: Path)
     assert read_aheads.used == 0
 
 
+def transactional_rows(store: compactlog.Store, start: int, n: int, end: str | None) -> None:
+    """Records ``start`` .. ``start + n - 1`` in one transaction, then aborted, committed or (None) left open."""
+    producer = store.producer(transactional_id="tx")
+    producer.begin_transaction()
+    for i in range(start, start + n):
+        producer.send("t", key=b"k%03d" % i, value=b"value-%04d" % i, partition=0)
+    producer.flush()
+    if end == "abort":
+        producer.abort_transaction()
+    elif end == "commit":
+        producer.commit_transaction()
+
+
+def test_a_read_committed_fetch_is_answered_from_the_read_ahead_with_the_aborted_transactions_of_now(
+        tmp_path: Path) -> None:
+    with compactlog.open(tmp_path / "data", clock=FakeClock()) as store:
+        store.create_topic("t", config={"cleanup.policy": "compact"})
+        store.append("t", 0, rows(0, 10))
+        transactional_rows(store, 10, 5, "abort")  # offsets 10-14, its ABORT marker at 15
+        store.append("t", 0, rows(16, 10))
+        producer_id = store.log("t", 0).aborted_transactions(0)[0].producer_id
+        context = BrokerContext(store, load_server_config(tmp_path / "data", {}))
+
+        async def scenario() -> list[dict[str, Any]]:
+            first = await fetch.handle_fetch(context, request(0, 8, isolation_level=1), 12, "PLAINTEXT")
+            second = await fetch.handle_fetch(context, request(8, 8, isolation_level=1), 12, "PLAINTEXT")
+            return [first, second]
+
+        try:
+            first, second = asyncio.run(scenario())
+        finally:
+            context.close()
+    assert answered(first) == (expected(0, 8), 26)
+    assert context.read_aheads.used == 1
+    # Records 8-14 and the marker (left out by answered()); the client drops the aborted ones by the list.
+    assert answered(second) == (expected(8, 7), 26)
+    partition = second["responses"][0]["partitions"][0]
+    assert partition["aborted_transactions"] == [{"producer_id": producer_id, "first_offset": 10}]
+    assert partition["last_stable_offset"] == 26
+
+
+def test_a_read_committed_fetch_never_takes_a_read_uncommitted_read_ahead(tmp_path: Path) -> None:
+    with compactlog.open(tmp_path / "data", clock=FakeClock()) as store:
+        store.create_topic("t", config={"cleanup.policy": "compact"})
+        store.append("t", 0, rows(0, 10))
+        transactional_rows(store, 10, 5, None)  # open: the last stable offset stays at 10
+        context = BrokerContext(store, load_server_config(tmp_path / "data", {}))
+
+        async def scenario() -> list[dict[str, Any]]:
+            # The read_uncommitted fetch reads ahead from 5 with these limits: records 5-14, past the LSO.
+            first = await fetch.handle_fetch(context, request(0, 5), 12, "PLAINTEXT")
+            second = await fetch.handle_fetch(context, request(5, 5, isolation_level=1), 12, "PLAINTEXT")
+            return [first, second]
+
+        try:
+            first, second = asyncio.run(scenario())
+        finally:
+            context.close()
+    assert answered(first) == (expected(0, 5), 15)
+    assert answered(second) == (expected(5, 5), 15)  # up to the last stable offset only
+    assert second["responses"][0]["partitions"][0]["last_stable_offset"] == 10
+    assert context.read_aheads.used == 0
+
+
 def test_read_aheads_keep_the_newest_few() -> None:
     async def scenario() -> list[object]:
         read_aheads = ReadAheads(max_entries=2)
         for offset in range(3):
             done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             done.set_result(offset)
-            read_aheads.put(("t", 0, offset, 1, 1), done)
-        return [await read_aheads.take(("t", 0, offset, 1, 1)) for offset in (0, 1, 2, 2)]
+            read_aheads.put(("t", 0, offset, 1, 1, False), done)
+        return [await read_aheads.take(("t", 0, offset, 1, 1, False)) for offset in (0, 1, 2, 2)]
 
     assert asyncio.run(scenario()) == [None, 1, 2, None]  # the oldest dropped; each used once
 

@@ -80,8 +80,9 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     partitions = [PartitionFetch(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in request.topics for p in t.partitions]
-    # One partition, read_uncommitted: a consumer's fetch, which may find its records read ahead.
-    key = (_read_ahead_key(partitions[0], request.max_bytes) if len(partitions) == 1 and not committed
+    # One partition: a consumer's fetch, which may find its records read ahead (either isolation level:
+    # librdkafka's consumers read_committed by default).
+    key = (_read_ahead_key(partitions[0], request.max_bytes, committed) if len(partitions) == 1
            and worth_reading_ahead(partitions[0].max_bytes, request.max_bytes) else None)
     ahead = await context.read_aheads.take(key) if key is not None else None
     while True:
@@ -95,8 +96,8 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
     if key is not None and read[0].error == NONE and read[0].records:
         context.read_aheads.used += read[0].read_ahead
         following = dataclasses.replace(partitions[0], fetch_offset=read[0].next_offset)
-        context.read_aheads.put(_read_ahead_key(following, request.max_bytes), asyncio.get_running_loop(
-            ).run_in_executor(context.executor, _read_ahead, context.store, following, request.max_bytes))
+        context.read_aheads.put(_read_ahead_key(following, request.max_bytes, committed), asyncio.get_running_loop(
+            ).run_in_executor(context.executor, _read_ahead, context.store, following, request.max_bytes, committed))
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for p in read:
         by_topic.setdefault(p.topic, []).append({
@@ -107,17 +108,17 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
             "responses": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]}
 
 
-def _read_ahead_key(ask: PartitionFetch, max_bytes: int) -> ReadAheadKey:
-    return ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes, max_bytes
+def _read_ahead_key(ask: PartitionFetch, max_bytes: int, committed: bool) -> ReadAheadKey:
+    return ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes, max_bytes, committed
 
 
-def _read_ahead(store: Store, ask: PartitionFetch, max_bytes: int) -> ReadAhead | None:
-    """The records a fetch of ``ask`` (one partition, read_uncommitted) would answer, if all lie in the
-    active segment; None otherwise (:mod:`.fetch_read_ahead`)."""
+def _read_ahead(store: Store, ask: PartitionFetch, max_bytes: int, committed: bool) -> ReadAhead | None:
+    """The records a fetch of ``ask`` (one partition; read_committed: up to the last stable offset of now)
+    would answer, if all lie in the active segment; None otherwise (:mod:`.fetch_read_ahead`)."""
     read = PartitionFetch(ask.topic, ask.partition, ask.fetch_offset, ask.max_bytes)
     try:
-        active = _read_partition(store, read, False, min(read.max_bytes, max(0, max_bytes)), at_least_one=True,
-                                 active_only=True)
+        active = _read_partition(store, read, committed, min(read.max_bytes, max(0, max_bytes)),
+                                 at_least_one=True, active_only=True)
     except CompactLogError:  # no read-ahead: the fetch that follows reads, and answers the error itself
         return None
     return ReadAhead(active, read.records, read.next_offset) if read.records else None
@@ -154,15 +155,17 @@ def _read_partition(store: Store, read: PartitionFetch, committed: bool, limit: 
     if not read.log_start_offset <= read.fetch_offset <= read.high_watermark:
         raise OffsetOutOfRangeError(f"{read.topic}-{read.partition}: fetch offset {read.fetch_offset} is outside "
                                     f"[{read.log_start_offset}, {read.high_watermark}]")
-    if ahead is not None and not committed and is_usable(ahead, active):
-        read.records, read.next_offset, read.read_ahead = ahead.records, ahead.next_offset, True
-        return active
     if active_only and read.fetch_offset < active.base_offset:
         return active
     end = read.last_stable_offset if committed else read.high_watermark
-    if committed:
+    if committed and not active_only:
+        # Also for records read ahead: they lie below the last stable offset of their read, so every
+        # transaction with records among them had ended then; the list of now holds those it aborted.
         read.aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset}
                         for a in log.aborted_transactions(read.fetch_offset, end)]
+    if ahead is not None and is_usable(ahead, active):
+        read.records, read.next_offset, read.read_ahead = ahead.records, ahead.next_offset, True
+        return active
     if read.fetch_offset >= end or (limit <= 0 and not at_least_one):
         return active
     taken: list[pa.Table] = []

@@ -2,9 +2,10 @@
 
 librdkafka keeps one Fetch in flight per broker, so without read-ahead a consumer waits, for every
 response, for the broker to read the records and encode them as record batches. When a fetch of one
-partition (read_uncommitted) answers records, the broker starts reading the records of the fetch that will
-follow it (from the offset after the last record, with the same byte limits) in a storage thread, and keeps
-them until that fetch arrives; any other fetch reads as before.
+partition answers records, the broker starts reading the records of the fetch that will follow it (from
+the offset after the last record, with the same byte limits and isolation level) in a storage thread, and
+keeps them until that fetch arrives; any other fetch reads as before. Both isolation levels are read
+ahead: librdkafka's consumers fetch read_committed unless told otherwise.
 
 Rules, so that an answer read ahead is one a read at the moment of the fetch could give:
 
@@ -14,6 +15,12 @@ Rules, so that an answer read ahead is one a read at the moment of the fetch cou
   cleaner never touches it, so the records read are still those at their offsets;
 * the answer's high watermark, last stable offset and log start offset are read when it is used; the log
   only grew meanwhile, so they cover the records;
+* the isolation level is part of what a read-ahead answers (:data:`ReadAheadKey`): a read_uncommitted
+  read-ahead may hold records past the last stable offset, never given to a read_committed fetch. A
+  read_committed read-ahead reads up to the last stable offset of its moment, which only grows while the
+  active segment is the same object (it moves when the oldest open transaction ends; a new transaction
+  starts at or past the log end); its records lie below it, so every transaction with records among them
+  had ended by then, and the aborted transactions are listed when it is used (:mod:`.fetch`);
 * only fetches whose byte limit is at most :data:`READ_AHEAD_MAX_BYTES` are read ahead, and at most
   :data:`MAX_READ_AHEADS` are kept (the oldest dropped), each used once: read-aheads hold at most
   MAX_READ_AHEADS x READ_AHEAD_MAX_BYTES of records. A read-ahead that meets
@@ -41,8 +48,9 @@ MAX_READ_AHEADS = 16
 # The largest byte limit (the smaller of partition_max_bytes and max_bytes) of a fetch that is read ahead.
 READ_AHEAD_MAX_BYTES = 8 << 20
 
-# topic, partition, fetch offset, partition_max_bytes, max_bytes: a fetch that asks exactly this.
-ReadAheadKey = tuple[str, int, int, int, int]
+# topic, partition, fetch offset, partition_max_bytes, max_bytes, read_committed: a fetch that asks exactly
+# this.
+ReadAheadKey = tuple[str, int, int, int, int, bool]
 
 
 @dataclass(frozen=True)
