@@ -36,7 +36,7 @@ from ..columns import repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
-from ..frame_plan import plan_frames, row_sizes
+from ..frame_plan import fits_one_frame, plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
 from ..record import SCHEMA, marker_rows, producer_rows
@@ -46,6 +46,11 @@ from . import loader, reads, swap
 from .directory import fsync_dir, live_segments
 from .producers import PRODUCER_COLUMNS, LogProducerState
 
+# The columns an idempotent producer's rows always store (not their defaults), and the transactional flag's bit.
+_PRODUCER_BITS = sum(1 << SCHEMA.get_field_index(name)
+                     for name in ("producer_id", "producer_epoch", "sequence", "is_transactional"))
+_TRANSACTIONAL_BIT = 1 << SCHEMA.get_field_index("is_transactional")
+_SEQUENCES = INT_MAX + 1  # sequences wrap past INT_MAX to 0, as Kafka's
 # A frame encoded by the helper thread (header, payload), or the error it raised instead.
 _Encoded = tuple[tuple[bytes, pa.Buffer] | None, BaseException | None]
 
@@ -233,6 +238,13 @@ class Log:
         for compacted topics at most ``max.compaction.lag.ms``) after the segment's first timestamp
         (Kafka's ``LogSegment.shouldRoll``: so loading old data does not roll at every append).
         """
+        return self._append(rows, flush, None)
+
+    def _append(self, rows: pa.RecordBatch | pa.Table, flush: bool,
+                producer: tuple[int, int, int, bool] | None) -> tuple[int, int]:
+        """:meth:`append`; ``producer`` ``(id, epoch, base sequence, transactional)`` when ``rows`` are one
+        batch of that producer (:func:`compactlog.record.producer_rows`): its state then follows each frame
+        from the frame's ends instead of its columns."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         with self.locked():
             now = self._clock()
@@ -241,9 +253,18 @@ class Log:
             if config.message_timestamp_type == "LogAppendTime":
                 table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
             first_offset = self._active.next_offset
-            omitted = omitted_columns(table)
-            frames = plan_frames(SegmentStats.from_meta(self._active.meta()), row_sizes(table, omitted),
-                                 _int64s(table.column(1)), config.segment_bytes, config.roll_ms)
+            if producer is None:
+                omitted = omitted_columns(table)
+            else:  # its id, epoch and sequences are stored; is_transactional is omitted unless set
+                omitted = omitted_columns(table, _PRODUCER_BITS) | (0 if producer[3] else _TRANSACTIONAL_BIT)
+            timestamps = _int64s(table.column(1))
+            stats = SegmentStats.from_meta(self._active.meta())
+            if n and fits_one_frame(stats, table, omitted, int(timestamps.max()), config.segment_bytes,
+                                    config.roll_ms):
+                frames = [(0, n, False)]
+            else:
+                frames = plan_frames(stats, row_sizes(table, omitted), timestamps, config.segment_bytes,
+                                     config.roll_ms)
             stored = table.select(stored_columns(omitted)[1])
             batches = []
             for start, end, _ in frames:
@@ -259,8 +280,17 @@ class Log:
                     io_fault("log.frame-write")
                     self._active.append_encoded(header, payload, batch)
                     fault_point("log.frame-appended")
-                    rows = table.slice(start, batch.num_rows)
-                    self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
+                    if producer is None:
+                        rows = table.slice(start, batch.num_rows)
+                        self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0),
+                                                                                  batch.column(0)))
+                    else:
+                        last = start + batch.num_rows - 1
+                        producer_id, epoch, base_sequence, transactional = producer
+                        self._producers.apply_batch(
+                            producer_id, epoch, (base_sequence + start) % _SEQUENCES,
+                            (base_sequence + last) % _SEQUENCES, first_offset + start, first_offset + last,
+                            int(timestamps[start]), int(timestamps[last]), transactional)
                 if flush:
                     sync_and_close(self._active.open_for_sync())
             except OSError as e:
@@ -292,7 +322,7 @@ class Log:
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
             rows = producer_rows(rows, producer_id, epoch, base_sequence, transactional)
-            first, now = self.append(rows, flush=flush)
+            first, now = self._append(rows, flush, (producer_id, epoch, base_sequence, transactional))
             return first, now, False
 
     def append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool = True) -> int:
