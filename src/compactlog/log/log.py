@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns, sync_and_close
 from ..cleaner.plan import SegmentStats, idle_roll_due
-from ..columns import repeat, to_numpy
+from ..columns import from_numpy, repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
@@ -269,7 +269,7 @@ class Log:
             batches = []
             for start, end, _ in frames:
                 offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
-                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), pa.array(offsets))
+                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), from_numpy(offsets))
                 batches.append(chunk.combine_chunks().to_batches()[0])
             active, size = self._active, self._active.size
             try:
