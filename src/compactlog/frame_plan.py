@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from .active_segment import FRAME_HEADER_SIZE, frame_row_bytes
 from .cleaner.plan import SegmentStats, should_roll
-from .columns import binary_lengths, to_numpy
+from .columns import binary_lengths, binary_span, to_numpy
 from .record import header_bytes
 
 # Rows per active-segment frame: bounds the memory of one append and of one read step.
@@ -52,23 +52,10 @@ def fits_one_frame(active: SegmentStats, batch: pa.RecordBatch | pa.Table, omitt
         return False
     bound = frame_row_bytes(omitted) * n
     for name in ("key", "value"):
-        bound += _offsets_span(batch.column(name))
+        bound += binary_span(batch.column(name))
     room = segment_bytes - active.size_bytes - FRAME_OVERHEAD_BYTES
     return bound <= room and not should_roll(active, bound + FRAME_OVERHEAD_BYTES, max_timestamp,
                                              segment_bytes=segment_bytes, roll_ms=roll_ms)
-
-
-def _offsets_span(column: pa.Array | pa.ChunkedArray) -> int:
-    """The bytes a binary column's values span in its data buffers (nulls' slots included)."""
-    total = 0
-    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-        if len(chunk) == 0 or chunk.null_count == len(chunk):
-            continue
-        width = 8 if pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type) else 4
-        offsets = np.frombuffer(chunk.buffers()[1], np.int32 if width == 4 else np.int64, count=len(chunk) + 1,
-                                offset=chunk.offset * width)
-        total += int(offsets[-1]) - int(offsets[0])
-    return total
 
 
 def plan_frames(active: SegmentStats, row_bytes: np.ndarray, timestamps: np.ndarray, segment_bytes: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 import pyarrow as pa
 
 from compactlog.active_segment import omitted_columns
@@ -75,3 +76,20 @@ def test_fits_one_frame_only_where_plan_frames_makes_one_frame_without_a_roll() 
             assert plan == [(0, n, False)]
             checked += 1
     assert checked > 50  # the shortcut was taken often enough to mean something
+
+
+def test_check_rows_refuses_the_record_too_large_whichever_way_it_decides() -> None:
+    from compactlog.errors import RecordTooLargeError
+    from compactlog.record import RECORD_OVERHEAD_BYTES, check_rows
+
+    def rows(sizes: list[int]) -> pa.Table:
+        return data_rows(pa.array(np.zeros(len(sizes), np.int64)), pa.array([b"k"] * len(sizes), pa.binary()),
+                         pa.array([b"v" * size for size in sizes], pa.binary()))
+
+    limit = 1000
+    fits = limit - RECORD_OVERHEAD_BYTES - 1  # the largest value whose record (key b"k") fits
+    check_rows(rows([fits]), compacted=True, max_message_bytes=limit, topic="t")  # the shortcut: all fit
+    check_rows(rows([fits] * 5), compacted=True, max_message_bytes=limit, topic="t")  # together too large
+    for sizes in ([fits + 1], [10, fits + 1], [fits] * 3 + [fits + 1]):
+        with pytest.raises(RecordTooLargeError):
+            check_rows(rows(sizes), compacted=True, max_message_bytes=limit, topic="t")
