@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 
 import numpy as np
-import pytest
 import pyarrow as pa
+import pytest
 
 from compactlog.active_segment import omitted_columns
 from compactlog.cleaner.plan import SegmentStats
