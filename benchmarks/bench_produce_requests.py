@@ -12,7 +12,8 @@ its sequence and CRC patched per request), so that the client's CPU stays small 
 broker is ``compactlog serve --in-process`` in a child process; its CPU (user + system, from ``/proc``) is
 summed over the Produce requests alone and over the other requests, and reported per round (so per 1,000
 records) with the wall time. The cleaner is off and its maintenance passes an hour apart: the rounds rewrite
-the same keys, and its passes (in the broker's process) would otherwise be counted as the requests' CPU. The clock ticks of ``/proc`` are 10 ms: many rounds make the sums exact enough.
+the same keys, and its passes (in the broker's process) would otherwise be counted as the requests' CPU.
+The clock ticks of ``/proc`` are 10 ms: many rounds make the sums exact enough.
 
 Run: ``python benchmarks/bench_produce_requests.py [--mode transactional|idempotent] [--rounds N]``.
 """

@@ -93,3 +93,35 @@ def test_check_rows_refuses_the_record_too_large_whichever_way_it_decides() -> N
     for sizes in ([fits + 1], [10, fits + 1], [fits] * 3 + [fits + 1]):
         with pytest.raises(RecordTooLargeError):
             check_rows(rows(sizes), compacted=True, max_message_bytes=limit, topic="t")
+
+
+def test_a_logs_producer_state_after_batches_is_the_state_its_rows_rebuild(tmp_path: object) -> None:
+    """Log.append_producer_batch follows each frame with apply_batch; the state must be what the stored rows
+    give when replayed (as a reopen rebuilds it), also when a batch is cut into frames across rolls."""
+    import compactlog
+    from compactlog.log.producers import PRODUCER_COLUMNS
+
+    clock = [1_000_000]
+    with compactlog.open(str(tmp_path), clock=lambda: clock[0]) as store:
+        store.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": "20000"})
+        log = store.log("t", 0)
+        sequences = {7: 0, 8: INT_MAX - 40}  # producer 8 wraps past INT_MAX
+        for i in range(12):
+            producer_id = 7 if i % 3 else 8
+            n = 60 + 37 * i
+            rows = pa.table({"key": pa.array([b"k%d" % j for j in range(n)], pa.binary()),
+                             "value": pa.array([b"v" * 20] * n, pa.binary()),
+                             "timestamp": pa.array(np.arange(n, dtype=np.int64) + clock[0])})
+            store.append("t", 0, rows, producer_id=producer_id, producer_epoch=1, base_sequence=sequences[producer_id],
+                         transactional=producer_id == 7, flush=False)
+            sequences[producer_id] = (sequences[producer_id] + n) % (INT_MAX + 1)
+            clock[0] += 1000
+        assert len(log.sealed_segments()) >= 2  # batches were cut into frames across rolls
+        replayed = ProducerStateManager()
+        for table in log.read_tables(0, columns=PRODUCER_COLUMNS, include_control=True):
+            replayed.apply(table)
+        state = log._producers.manager
+        assert {pid: (e.epoch, list(e.batches), e.last_offset, e.last_data_offset, e.last_timestamp,
+                      e.txn_first_offset, e.txn_start_ms) for pid, e in state.entries.items()} == \
+            {pid: (e.epoch, list(e.batches), e.last_offset, e.last_data_offset, e.last_timestamp,
+                   e.txn_first_offset, e.txn_start_ms) for pid, e in replayed.entries.items()}
