@@ -102,11 +102,12 @@ def _holds_only(column: pa.Array | pa.ChunkedArray, default: object) -> bool:
     return bool(values[0] == default) and bool((values == default).all())
 
 
-def omitted_columns(rows: pa.Table | pa.RecordBatch) -> int:
-    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row."""
+def omitted_columns(rows: pa.Table | pa.RecordBatch, known: int = 0) -> int:
+    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row; the columns of
+    the mask ``known`` are not looked at (the caller knows whether they do and sets their bits itself)."""
     omitted = 0
     for index, default in OMITTABLE_DEFAULTS.items():
-        if _holds_only(rows.column(index), default):
+        if not known >> index & 1 and _holds_only(rows.column(index), default):
             omitted |= 1 << index
     return omitted
 
@@ -328,12 +329,14 @@ class ActiveSegment:
         if base != self.next_offset:
             raise CorruptSegmentError(
                 f"{self.path}: a frame at offset {base} cannot follow {self.next_offset}")
-        with open(self.path, "ab") as f:
-            position = f.tell()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            position = os.lseek(fd, 0, os.SEEK_END)
             if position != self.size:  # another writer's bytes we have not scanned: a caller bug
                 raise CorruptSegmentError(f"{self.path}: expected end {self.size}, found {position}")
-            f.write(header)
-            f.write(memoryview(payload))
+            _write_all(fd, [header, memoryview(payload)])
+        finally:
+            os.close(fd)
         frame = FrameInfo(position, len(header) + payload.size, base, last, first_ts, max_ts, omitted, rows)
         self._add_frame(frame, batch)
 
@@ -409,6 +412,18 @@ def sync_and_close(fd: int) -> None:
         sync_data(fd)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    """Write ``parts`` one after the other (one ``writev`` unless the kernel takes fewer bytes)."""
+    views = [memoryview(part).cast("B") for part in parts]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views:
+            views[0] = views[0][written:]
 
 
 def _next_valid_frame(data: bytes, start: int) -> int | None:

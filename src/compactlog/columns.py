@@ -89,6 +89,22 @@ def binary_lengths(column: Column) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+def binary_span(column: Column) -> int:
+    """The bytes a binary or string column's values span in its data buffers: at least the sum of
+    :func:`binary_lengths` (a null's slot may span bytes too), read from two offsets per chunk."""
+    total = 0
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        if len(chunk) == 0 or chunk.null_count == len(chunk):
+            continue
+        large = pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type)
+        if not large and not (pa.types.is_binary(chunk.type) or pa.types.is_string(chunk.type)):
+            raise TypeError(f"binary_span takes binary or string columns, not {chunk.type}")
+        width = np.dtype(np.int64 if large else np.int32)
+        offsets = np.frombuffer(chunk.buffers()[1], width, count=len(chunk) + 1, offset=chunk.offset * width.itemsize)
+        total += int(offsets[-1]) - int(offsets[0])
+    return total
+
+
 _TYPES = {np.dtype(np.int8): pa.int8(), np.dtype(np.int16): pa.int16(), np.dtype(np.int32): pa.int32(),
           np.dtype(np.int64): pa.int64(), np.dtype(np.uint8): pa.uint8(), np.dtype(np.uint16): pa.uint16(),
           np.dtype(np.uint32): pa.uint32(), np.dtype(np.uint64): pa.uint64(),

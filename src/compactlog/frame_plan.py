@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from .active_segment import FRAME_HEADER_SIZE, frame_row_bytes
 from .cleaner.plan import SegmentStats, should_roll
-from .columns import binary_lengths, to_numpy
+from .columns import binary_lengths, binary_span, to_numpy
 from .record import header_bytes
 
 # Rows per active-segment frame: bounds the memory of one append and of one read step.
@@ -37,6 +37,25 @@ def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:
     if headers.null_count < len(headers):
         sizes += _int64s(pc.fill_null(header_bytes(headers, HEADER_FIXED_BYTES), 0))
     return sizes
+
+
+def fits_one_frame(active: SegmentStats, batch: pa.RecordBatch | pa.Table, omitted: int, max_timestamp: int,
+                   segment_bytes: int, roll_ms: int) -> bool:
+    """Whether :func:`plan_frames` would give ``batch`` one frame and no roll: a shortcut for small appends
+    that reads two offsets per binary column instead of every row's size. It answers True only when the
+    rows' bound (the span of the key and value offsets buffers, at least the sum of the rows' lengths) fits
+    the room left and the frame does not roll by time, and then :func:`plan_frames` gives ``[(0, n, False)]``
+    too (its sizes are at most this bound); False means "plan the frames", never a different plan. Rows with
+    headers are planned."""
+    n = batch.num_rows
+    if not 0 < n <= MAX_FRAME_ROWS or batch.column("headers").null_count != n:
+        return False
+    bound = frame_row_bytes(omitted) * n
+    for name in ("key", "value"):
+        bound += binary_span(batch.column(name))
+    room = segment_bytes - active.size_bytes - FRAME_OVERHEAD_BYTES
+    return bound <= room and not should_roll(active, bound + FRAME_OVERHEAD_BYTES, max_timestamp,
+                                             segment_bytes=segment_bytes, roll_ms=roll_ms)
 
 
 def plan_frames(active: SegmentStats, row_bytes: np.ndarray, timestamps: np.ndarray, segment_bytes: int,

@@ -200,6 +200,28 @@ class ProducerStateManager:
         entry.txn_first_offset = None
         return aborted
 
+    def apply_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+                    last_offset: int, first_timestamp: int, last_timestamp: int, transactional: bool) -> None:
+        """:meth:`apply` of one producer's data rows at ``first_offset..last_offset`` (one run of its rows:
+        one appended batch, or one frame of it), given by their ends instead of columns: the same state."""
+        self.next_offset = max(self.next_offset, last_offset + 1)
+        entry = self.entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(producer_id, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
+                                  txn_start_ms=entry.txn_start_ms if entry else -1)
+            self.entries[producer_id] = entry
+        entry.last_timestamp = max(entry.last_timestamp, last_timestamp)
+        entry.last_offset = last_offset
+        previous = entry.batches[-1] if entry.batches else None
+        if previous is not None and first_seq == previous.last_seq + 1 and first_offset == previous.last_offset + 1:
+            entry.batches[-1] = BatchMetadata(previous.first_seq, last_seq, previous.first_offset, last_offset)
+        elif first_seq >= 0:
+            entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
+        entry.last_data_offset = last_offset
+        if transactional and entry.txn_first_offset is None:
+            entry.txn_first_offset = first_offset
+            entry.txn_start_ms = first_timestamp
+
     # -- derived values --------------------------------------------------------------------------------
 
     def first_unstable_offset(self) -> int | None:

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import binary_lengths, from_numpy, repeat, to_numpy
+from .columns import binary_lengths, binary_span, from_numpy, repeat, to_numpy
 from .limits import INT_MAX, LONG_MAX
 
 NO_PRODUCER_ID = -1
@@ -282,10 +282,13 @@ def producer_rows(rows: pa.Table, producer_id: int, epoch: int, base_sequence: i
     sequences from ``base_sequence`` (wrapping past ``INT_MAX`` to 0, as Kafka's), and whether it is
     transactional. One table is built, not one per field."""
     n = rows.num_rows
-    sequences = (base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)
+    if base_sequence + n - 1 <= INT_MAX:  # no wrap: the common case, without the modulo and the cast
+        sequences = np.arange(base_sequence, base_sequence + n, dtype=np.int32)
+    else:
+        sequences = ((base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)).astype(np.int32)
     columns = rows.columns
     for index, values in zip(_PRODUCER_FIELDS, (repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
-                                                from_numpy(sequences.astype(np.int32)),
+                                                from_numpy(sequences),
                                                 constant_chunks(bool(transactional), pa.bool_(), n)), strict=True):
         columns[index] = values
     return pa.Table.from_arrays(columns, schema=SCHEMA)
@@ -316,10 +319,13 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
             raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
     if rows.num_rows == 0:
         return
+    headers = rows.column("headers")
+    if headers.null_count == len(headers) and (binary_span(keys) + binary_span(rows.column("value"))
+                                               + RECORD_OVERHEAD_BYTES <= max_message_bytes):
+        return  # all the rows' keys and values together fit: so does the largest record
     # Lengths read from the offsets buffers (numpy): one small append would otherwise pay for several
     # Arrow compute calls.
     sizes = binary_lengths(keys) + binary_lengths(rows.column("value"))
-    headers = rows.column("headers")
     if headers.null_count < len(headers):  # as record_size counts them for a send
         sizes += to_numpy(pa.compute.fill_null(header_bytes(headers), 0))
     largest = int(sizes.max()) + RECORD_OVERHEAD_BYTES

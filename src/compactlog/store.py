@@ -151,7 +151,9 @@ class Store:
 
     def _meta(self, topic: str) -> TopicMetadata:
         self._check_open()
-        validate_topic_name(topic)
+        cached = self._topics.get(topic) if type(topic) is str else None
+        if cached is None:  # a cached topic's name was checked when it was read
+            validate_topic_name(topic)
         path = self._meta_path(topic)
         try:
             stat = os.stat(path)
@@ -159,7 +161,6 @@ class Store:
             self._topics.pop(topic, None)
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.data_dir}") from None
         stamp = (stat.st_mtime_ns, stat.st_ino)
-        cached = self._topics.get(topic)
         if cached is not None and cached.stamp == stamp:
             return cached
         try:

@@ -40,3 +40,21 @@ def test_a_failed_flush_is_raised_after_every_other_log_was_flushed() -> None:
 
 def test_no_logs_is_nothing_to_do() -> None:
     flush_logs([])
+
+
+class ThreadRecordingLog:
+    """A log whose flush notes the thread it ran in."""
+
+    def __init__(self, threads: list[threading.Thread]) -> None:
+        self.threads = threads
+
+    def flush(self) -> None:
+        self.threads.append(threading.current_thread())
+
+
+def test_the_flush_threads_are_kept_between_calls_not_started_per_log() -> None:
+    threads: list[threading.Thread] = []  # held: a finished thread's object is never confused with a new one
+    for _ in range(20):
+        flush_logs([ThreadRecordingLog(threads) for _ in range(3)])
+    others = {id(thread) for thread in threads if thread is not threading.current_thread()}
+    assert len(threads) == 60 and len(others) <= 8  # the same few pool threads again, not 40 of their own

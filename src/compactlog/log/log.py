@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -32,11 +31,11 @@ import pyarrow as pa
 
 from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns, sync_and_close
 from ..cleaner.plan import SegmentStats, idle_roll_due, should_roll
-from ..columns import repeat, to_numpy
+from ..columns import from_numpy, repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
-from ..frame_plan import FRAME_OVERHEAD_BYTES, plan_frames, row_sizes
+from ..frame_plan import FRAME_OVERHEAD_BYTES, fits_one_frame, plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
 from ..record import CONTROL_COMMIT, SCHEMA, marker_arrays, marker_rows, producer_rows
@@ -44,6 +43,7 @@ from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
 from .directory import fsync_dir, live_segments
+from .frame_encoder import encode_ahead
 from .producers import PRODUCER_COLUMNS, LogProducerState
 
 # The columns a transaction marker leaves at their defaults (not stored), and the bytes its row adds to a
@@ -52,51 +52,11 @@ from .producers import PRODUCER_COLUMNS, LogProducerState
 _MARKER_OMITTED = omitted_columns(marker_rows(0, 0, CONTROL_COMMIT, 0))
 _MARKER_FRAME_BYTES = int(row_sizes(marker_rows(0, 0, CONTROL_COMMIT, 0), _MARKER_OMITTED)[0]) + FRAME_OVERHEAD_BYTES
 
-# A frame encoded by the helper thread (header, payload), or the error it raised instead.
-_Encoded = tuple[tuple[bytes, pa.Buffer] | None, BaseException | None]
-
-
-def _encode_ahead(batches: list[pa.RecordBatch], omitted: int) -> Iterator[tuple[bytes, pa.Buffer]]:
-    """:func:`encode_stored` of each batch, in order. With several batches a helper thread encodes one
-    frame ahead: serialising and the CRC release the GIL, so they overlap the write of the previous frame."""
-    if len(batches) < 2:
-        for batch in batches:
-            yield encode_stored(batch, omitted)
-        return
-    ready: queue.Queue[_Encoded] = queue.Queue(maxsize=2)
-    stop = threading.Event()
-
-    def encode() -> None:
-        for batch in batches:
-            if stop.is_set():
-                return
-            try:
-                item: _Encoded = (encode_stored(batch, omitted), None)
-            except BaseException as e:  # handed to the consumer, which raises it
-                item = (None, e)
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
-            if item[1] is not None:
-                return
-
-    worker = threading.Thread(target=encode, name="compactlog-encode", daemon=True)
-    worker.start()
-    try:
-        for _ in batches:
-            parts, error = ready.get()
-            if error is not None:
-                raise error
-            assert parts is not None
-            yield parts
-    finally:
-        stop.set()
-        worker.join()
-
-
+# The columns an idempotent producer's rows always store (not their defaults), and the transactional flag's bit.
+_PRODUCER_BITS = sum(1 << SCHEMA.get_field_index(name)
+                     for name in ("producer_id", "producer_epoch", "sequence", "is_transactional"))
+_TRANSACTIONAL_BIT = 1 << SCHEMA.get_field_index("is_transactional")
+_SEQUENCES = INT_MAX + 1  # sequences wrap past INT_MAX to 0, as Kafka's
 def _int64s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """An integer column without nulls as a numpy int64 array."""
     return to_numpy(column).astype(np.int64, copy=False)
@@ -239,6 +199,13 @@ class Log:
         for compacted topics at most ``max.compaction.lag.ms``) after the segment's first timestamp
         (Kafka's ``LogSegment.shouldRoll``: so loading old data does not roll at every append).
         """
+        return self._append(rows, flush, None)
+
+    def _append(self, rows: pa.RecordBatch | pa.Table, flush: bool,
+                producer: tuple[int, int, int, bool] | None) -> tuple[int, int]:
+        """:meth:`append`; ``producer`` ``(id, epoch, base sequence, transactional)`` when ``rows`` are one
+        batch of that producer (:func:`compactlog.record.producer_rows`): its state then follows each frame
+        from the frame's ends instead of its columns."""
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         with self.locked():
             now = self._clock()
@@ -247,24 +214,42 @@ class Log:
             if config.message_timestamp_type == "LogAppendTime":
                 table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
             first_offset = self._active.next_offset
-            omitted = omitted_columns(table)
-            frames = plan_frames(SegmentStats.from_meta(self._active.meta()), row_sizes(table, omitted),
-                                 _int64s(table.column(1)), config.segment_bytes, config.roll_ms)
+            if producer is None:
+                omitted = omitted_columns(table)
+            else:  # its id, epoch and sequences are stored; is_transactional is omitted unless set
+                omitted = omitted_columns(table, _PRODUCER_BITS) | (0 if producer[3] else _TRANSACTIONAL_BIT)
+            timestamps = _int64s(table.column(1))
+            stats = SegmentStats.from_meta(self._active.meta())
+            if n and fits_one_frame(stats, table, omitted, int(timestamps.max()), config.segment_bytes,
+                                    config.roll_ms):
+                frames = [(0, n, False)]
+            else:
+                frames = plan_frames(stats, row_sizes(table, omitted), timestamps, config.segment_bytes,
+                                     config.roll_ms)
             stored = table.select(stored_columns(omitted)[1])
             batches = []
             for start, end, _ in frames:
                 offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
-                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), pa.array(offsets))
+                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), from_numpy(offsets))
                 batches.append(chunk.combine_chunks().to_batches()[0])
             active, size = self._active, self._active.size
             try:
                 for (start, _, roll_first), batch, (header, payload) in zip(
-                        frames, batches, _encode_ahead(batches, omitted), strict=True):
+                        frames, batches, encode_ahead(batches, omitted), strict=True):
                     if roll_first:
                         self._roll()
                     self._append_frame(header, payload, batch)
-                    rows = table.slice(start, batch.num_rows)
-                    self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)))
+                    if producer is None:
+                        rows = table.slice(start, batch.num_rows)
+                        self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0),
+                                                                                  batch.column(0)))
+                    else:
+                        last = start + batch.num_rows - 1
+                        producer_id, epoch, base_sequence, transactional = producer
+                        self._producers.apply_batch(
+                            producer_id, epoch, (base_sequence + start) % _SEQUENCES,
+                            (base_sequence + last) % _SEQUENCES, first_offset + start, first_offset + last,
+                            int(timestamps[start]), int(timestamps[last]), transactional)
                 if flush:
                     sync_and_close(self._active.open_for_sync())
             except OSError as e:
@@ -303,7 +288,7 @@ class Log:
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
             rows = producer_rows(rows, producer_id, epoch, base_sequence, transactional)
-            first, now = self.append(rows, flush=flush)
+            first, now = self._append(rows, flush, (producer_id, epoch, base_sequence, transactional))
             return first, now, False
 
     def append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool = True) -> int:

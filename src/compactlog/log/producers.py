@@ -65,6 +65,12 @@ class LogProducerState:
         if aborted is not None and aborted.last_offset >= active_base:
             self.active_aborted.append(aborted)
 
+    def apply_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+                    last_offset: int, first_timestamp: int, last_timestamp: int, transactional: bool) -> None:
+        """:meth:`apply` of one producer's appended data rows, given by their ends (data rows abort nothing)."""
+        self.manager.apply_batch(producer_id, epoch, first_seq, last_seq, first_offset, last_offset,
+                                 first_timestamp, last_timestamp, transactional)
+
     def rebuild(self, end_offset: int, active_base: int, rows_from: Callable[[int], Iterable[pa.Table]]) -> None:
         """The newest usable snapshot at or below ``end_offset``, then ``rows_from`` its offset on."""
         state: ProducerStateManager | None = None

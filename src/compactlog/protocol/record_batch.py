@@ -143,8 +143,8 @@ def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | 
         raise CorruptRecordError(str(e)) from e
     attributes = fields[:, 5]
     compression = attributes & COMPRESSION_MASK
-    for code in np.unique(compression):
-        check_codec(int(code))
+    for code in sorted(set(compression.tolist())):  # not np.unique: a dozen microseconds for one batch
+        check_codec(code)
     if max_batch_bytes is not None and len(fields) and int(fields[:, 1].max()) + LOG_OVERHEAD > max_batch_bytes:
         size = int(fields[:, 1].max()) + LOG_OVERHEAD
         raise RecordTooLargeError(f"a record batch of {size} bytes is larger than {max_batch_bytes} bytes")
