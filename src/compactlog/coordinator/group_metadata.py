@@ -88,7 +88,8 @@ class GroupMetadata:
     pending_members: dict[str, int] = field(default_factory=dict)  # member id -> its join deadline
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     rebalance_deadline: int | None = None  # while PreparingRebalance: when the join completes anyway
-    initial_delay_remaining_ms: int = 0  # a new group's join: what is left of the rebalance timeout
+    # an Empty group's join: what is left of the rebalance timeout after the initial delay; -1 for other joins
+    initial_delay_remaining_ms: int = 0
     new_member_added: bool = False
 
     def __post_init__(self) -> None:
@@ -253,7 +254,7 @@ class GroupMetadata:
         return replies
 
     def _try_complete_join(self, now: int) -> list[Reply]:
-        """Complete the join if every member has rejoined (not during a new group's initial delay)."""
+        """Complete the join if every member has rejoined (not an Empty group's: only its delay's end does)."""
         if self.state != GroupState.PREPARING_REBALANCE or self.initial_delay_remaining_ms >= 0:
             return []
         if self.pending_members or not all(m.awaiting_join for m in self.members.values()):
@@ -448,8 +449,8 @@ class GroupMetadata:
         return replies
 
     def _rebalance_deadline_passed(self, now: int) -> list[Reply]:
-        """The join completes, unless members arrived during a new group's initial delay: then it waits
-        another delay, never past the rebalance timeout."""
+        """The join completes, unless members arrived during the initial delay of a group never formed: then
+        it waits another delay, never past the rebalance timeout."""
         if self.initial_delay_remaining_ms > 0 and self.new_member_added:
             delay = min(self.initial_rebalance_delay_ms, self.initial_delay_remaining_ms)
             self.rebalance_deadline = now + delay
