@@ -10,10 +10,16 @@ counterpart in the same run.
    partitions; offsets auto-committed as by default). Timed from the start of the two processes until every
    partition's last offset has been read by some member, group joins included. Target: group >= 0.9x
    assigned. ``group.initial.rebalance.delay.ms`` is 0 in the broker's server.properties here (Kafka's 3 s
-   default would hold the first join that long, which measures a setting, not the protocol).
+   default would hold the first join that long, which measures a setting, not the protocol). So the first
+   member's join completes alone; a second member joining after the first has synced waits for the first's
+   next Heartbeat (librdkafka's ``heartbeat.interval.ms``, 3 s by default) to learn of the rebalance, while
+   the first reads all four partitions alone, then the first revokes them all (eager ``range``), commits
+   and both resume from the committed offsets. ``--consumer-config KEY=VALUE`` sets a client setting for
+   both modes (e.g. ``heartbeat.interval.ms``), to measure what that wait costs.
 
 Client and ``compactlog serve --in-process`` share this machine (loopback).
-Run: ``python benchmarks/bench_groups.py [--records N] [--keys K] [--runs R]``.
+Run: ``python benchmarks/bench_groups.py [--records N] [--keys K] [--runs R] [--skip-txn]
+[--consumer-config KEY=VALUE ...]``.
 """
 
 from __future__ import annotations
@@ -68,13 +74,13 @@ def produce(broker: str, topic: str, records: int, keys: int, transactional: boo
     return time.perf_counter() - started
 
 
-def consumer_child(broker: str, mode: str, index: int, group: str) -> None:
+def consumer_child(broker: str, mode: str, index: int, group: str, extra: dict[str, str]) -> None:
     """One consuming process: prints ``{"partition": last offset read}`` lines as it goes, until killed."""
     import confluent_kafka
 
     consumer = confluent_kafka.Consumer({"bootstrap.servers": broker, "group.id": group,
                                          "auto.offset.reset": "earliest", "fetch.max.bytes": 52_428_800,
-                                         "enable.auto.commit": mode == "group"})
+                                         "enable.auto.commit": mode == "group", **extra})
     if mode == "assigned":
         consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, confluent_kafka.OFFSET_BEGINNING)
                          for p in range(index, PARTITIONS, 2)])
@@ -92,7 +98,7 @@ def consumer_child(broker: str, mode: str, index: int, group: str) -> None:
             reported = time.monotonic()
 
 
-def consume(broker: str, mode: str, ends: dict[int, int], run: int) -> float:
+def consume(broker: str, mode: str, ends: dict[int, int], run: int, extra: dict[str, str]) -> float:
     """Two consuming processes until every partition's last offset has been read; the wall time."""
     group = f"bench-{mode}-{run}"
     done = threading.Event()
@@ -108,7 +114,8 @@ def consume(broker: str, mode: str, ends: dict[int, int], run: int) -> float:
                     done.set()
 
     started = time.perf_counter()
-    children = [subprocess.Popen([sys.executable, __file__, "--child", mode, str(i), broker, group],
+    children = [subprocess.Popen([sys.executable, __file__, "--child", mode, str(i), broker, group,
+                                  json.dumps(extra)],
                                  stdout=subprocess.PIPE, text=True) for i in range(2)]
     try:
         for child in children:
@@ -127,17 +134,23 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3, help="consumption runs of each mode (medians)")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-txn", action="store_true",
+                        help="skip the transactional produce (part 1's second half): for iterating on part 2")
+    parser.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a librdkafka setting for every consumer of part 2, both modes (repeatable)")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        mode, index, broker, group = args.child
-        consumer_child(broker, mode, int(index), group)
+        mode, index, broker, group, extra = args.child
+        consumer_child(broker, mode, int(index), group, json.loads(extra))
         return
+    consumer_config = dict(setting.split("=", 1) for setting in args.consumer_config)
     import confluent_kafka
 
     banner("bench_groups: confluent-kafka groups and transactions -> compactlog broker (loopback)")
     print(f"confluent-kafka={confluent_kafka.__version__} librdkafka={confluent_kafka.libversion()[0]} "
-          f"records={args.records} keys={args.keys} partitions={PARTITIONS} value=100 B acks=all linger.ms=5")
+          f"records={args.records} keys={args.keys} partitions={PARTITIONS} value=100 B acks=all linger.ms=5"
+          f"{''.join(f' {key}={value}' for key, value in consumer_config.items())}")
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     with tempfile.TemporaryDirectory() as data_dir:
         with compactlog.open(data_dir) as store:
@@ -149,22 +162,23 @@ def main() -> None:
         try:
             cpu = cpu_seconds(proc.pid)
             plain = produce(broker, TOPIC, args.records, args.keys, transactional=False)
-            txn = produce(broker, TXN_TOPIC, args.records, args.keys, transactional=True)
+            txn = None if args.skip_txn else produce(broker, TXN_TOPIC, args.records, args.keys, transactional=True)
             print(f"broker CPU while producing: {cpu_seconds(proc.pid) - cpu:.2f} s")
             with compactlog.open(data_dir) as store:
                 ends = {p: store.log_end_offset(TOPIC, p) for p in range(PARTITIONS)}
             times: dict[str, list[float]] = {"assigned": [], "group": []}
             for run in range(args.runs):
                 for mode in times:  # interleaved, so that drifting load falls on both
-                    times[mode].append(consume(broker, mode, ends, run))
+                    times[mode].append(consume(broker, mode, ends, run, consumer_config))
         finally:
             proc.terminate()
             proc.wait(30)
-    ratio = (args.records / txn) / (args.records / plain)
     print(f"produce idempotent: {plain:.2f} s, {args.records / plain:,.0f} records/s")
-    print(f"produce transactional ({TXN_SIZE} a transaction): {txn:.2f} s, {args.records / txn:,.0f} records/s; "
-          f"transactional/idempotent = {ratio:.2f} (target >= {TARGET_TXN}: "
-          f"{'met' if ratio >= TARGET_TXN else 'NOT met'})")
+    if txn is not None:
+        ratio = (args.records / txn) / (args.records / plain)
+        print(f"produce transactional ({TXN_SIZE} a transaction): {txn:.2f} s, {args.records / txn:,.0f} records/s; "
+              f"transactional/idempotent = {ratio:.2f} (target >= {TARGET_TXN}: "
+              f"{'met' if ratio >= TARGET_TXN else 'NOT met'})")
     medians = {mode: statistics.median(values) for mode, values in times.items()}
     for mode, values in times.items():
         print(f"consume {mode}: median {medians[mode]:.2f} s ({', '.join(f'{v:.2f}' for v in values)}), "

@@ -34,10 +34,12 @@ PROTOCOLS = st.sampled_from([(("range", b"r"),), (("range", b"r"), ("roundrobin"
 
 
 class GroupMembership(RuleBasedStateMachine):
+    initial_rebalance_delay_ms = 0
+
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.group = GroupMetadata("g", 0, 1_000, self.clock())
+        self.group = GroupMetadata("g", self.initial_rebalance_delay_ms, 1_000, self.clock())
         self.ids = itertools.count()
         self.known: list[str] = []  # every member id handed out, current or not
         self.instance: dict[str, str | None] = {}  # member id -> the instance id it joined with
@@ -135,5 +137,14 @@ class GroupMembership(RuleBasedStateMachine):
         self.generation = group.generation
 
 
+class GroupMembershipWithInitialDelay(GroupMembership):
+    """The same with ``group.initial.rebalance.delay.ms`` (each Empty group's join waits it out)."""
+
+    initial_rebalance_delay_ms = 3_000
+
+
 GroupMembership.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+GroupMembershipWithInitialDelay.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
+                                                             deadline=None)
 test_group_membership = GroupMembership.TestCase
+test_group_membership_with_initial_delay = GroupMembershipWithInitialDelay.TestCase

@@ -191,3 +191,18 @@ def test_a_group_that_cannot_be_stored_answers_coordinator_not_available_and_sta
         assert groups.groups["g"].state == GroupState.COMPLETING_REBALANCE
 
     asyncio.run(scenario())
+
+
+def test_each_state_a_group_enters_is_logged_at_info(tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        groups = coordinator(tmp_path, FakeClock())
+        with caplog.at_level("INFO", logger="compactlog.groups"):
+            await stable_pair(groups)
+        lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+        # a state entered and left within one request (Empty, PreparingRebalance of the first join) is not
+        assert lines == ["group g: CompletingRebalance, generation 1, 1 members",
+                         "group g: PreparingRebalance, generation 1, 2 members",
+                         "group g: CompletingRebalance, generation 2, 2 members",
+                         "group g: Stable, generation 2, 2 members"]
+
+    asyncio.run(scenario())

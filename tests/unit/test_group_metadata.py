@@ -131,6 +131,35 @@ def test_the_initial_delay_holds_a_new_group_and_extends_while_members_arrive():
     assert joined(replies, "a").generation == 1 and joined(replies, "b").generation == 1
 
 
+def test_without_an_initial_delay_an_empty_groups_join_completes_at_once_despite_pending_member_ids():
+    clock = FakeClock()
+    g = group(clock, delay=0)
+    g.join(params(v4=True), "a", clock())
+    g.join(params(v4=True), "b", clock())  # b was sent its id and has not come back with it yet
+    _, replies = g.join(params("a", v4=True), "unused", clock())
+    assert joined(replies, "a").generation == 1 and list(g.members) == ["a"]  # Kafka's InitialDelayedJoin(0)
+    assert g.state == GroupState.COMPLETING_REBALANCE and "b" in g.pending_members
+    g.sync("a", None, 1, None, None, {"a": b"A"}, clock())
+    _, replies = g.join(params("b", v4=True), "unused", clock())  # b's join starts the next rebalance
+    assert synced(replies, "a").error == REBALANCE_IN_PROGRESS and g.state == GroupState.PREPARING_REBALANCE
+
+
+def test_only_a_group_never_formed_extends_its_initial_delay_for_new_members():
+    clock = FakeClock()
+    g = group(clock, delay=3000)
+    g.join(params(), "a", clock())
+    clock.advance(3000)
+    assert joined(g.expire(clock()), "a").generation == 1
+    g.leave("a", None, clock())
+    assert g.state == GroupState.EMPTY and g.generation == 2
+    g.join(params(), "b", clock())  # an Empty group again: the initial delay holds it
+    clock.advance(2000)
+    assert g.join(params(), "c", clock())[1] == []
+    clock.advance(1000)  # c arrived during the delay, but the group had a generation: no second delay
+    replies = g.expire(clock())
+    assert joined(replies, "b").generation == joined(replies, "c").generation == 3
+
+
 def test_the_initial_delay_never_passes_the_rebalance_timeout():
     clock = FakeClock()
     g = group(clock, delay=REBALANCE * 2)

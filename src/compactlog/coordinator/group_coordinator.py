@@ -15,6 +15,10 @@ Rules, as Kafka's:
   over, as on a Kafka coordinator failover (their old ids answer UNKNOWN_MEMBER_ID and they rejoin);
 * an offset commit is acknowledged only once the manager has made it durable;
 * a group exists while it has members or committed offsets; deleting one needs it empty (NON_EMPTY_GROUP).
+
+Logged on ``compactlog.groups``, as Kafka's coordinator logs its groups: at INFO the state a group is in after
+a request or a deadline changed it (with its generation and member count); at DEBUG every JoinGroup, SyncGroup
+and Heartbeat and every held response answered: the broker's half of a rebalance's timeline.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class GroupCoordinator:
         self._syncs: dict[tuple[str, str], asyncio.Future[SyncResult]] = {}
         self._tick: asyncio.Task[None] | None = None
         self._next_offsets_expiry = 0
+        self._logged_states: dict[str, GroupState] = {}  # each group's state as last logged
 
     # -- life cycle ------------------------------------------------------------------------------------------
 
@@ -122,6 +127,7 @@ class GroupCoordinator:
             if group is not None and group.state == GroupState.EMPTY and group.is_empty:  # nobody came meanwhile
                 self._deliver(group_id, group.mark_dead(now))
                 del self.groups[group_id]
+                self._logged_states.pop(group_id, None)
                 await self._run(self.manager.delete_group, group_id)
 
     async def expire(self, now: int) -> None:
@@ -152,7 +158,14 @@ class GroupCoordinator:
         return group
 
     def _deliver(self, group_id: str, replies: Iterable[Reply]) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.state != self._logged_states.get(group_id):
+            # Kafka's INFO lines of a group's life: each state it enters, with its generation and members
+            self._logged_states[group_id] = group.state
+            log.info("group %s: %s, generation %d, %d members", group_id, group.state.value, group.generation,
+                     len(group.members))
         for reply in replies:
+            log.debug("group %s: answering %s", group_id, reply)
             waiters: dict[tuple[str, str], Any] = self._joins if isinstance(reply, JoinResult) else self._syncs
             future = waiters.pop((group_id, reply.member_id), None)
             if future is not None and not future.done():
@@ -191,6 +204,7 @@ class GroupCoordinator:
             if params.member_id != UNKNOWN_MEMBER:
                 return JoinResult(params.member_id, UNKNOWN_MEMBER_ID)
             group = self._new_group(group_id, now)
+        log.debug("group %s: JoinGroup of member %r (%s)", group_id, params.member_id, group.state.value)
         was = group.state
         new_member_id = f"{params.client_id}-{uuid.uuid4()}"
         member_id, replies = group.join(params, new_member_id, now)
@@ -205,6 +219,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return SyncResult(member_id, UNKNOWN_MEMBER_ID)
+        log.debug("group %s: SyncGroup of member %r, generation %d (%s)", group_id, member_id, generation,
+                  group.state.value)
         replies, store = group.sync(member_id, group_instance_id, generation, protocol_type, protocol, assignments,
                                     self._clock())
         future = self._hold(self._syncs, group_id, member_id, SyncResult(member_id, UNKNOWN_MEMBER_ID))
@@ -224,7 +240,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
-        return group.heartbeat(member_id, group_instance_id, generation, self._clock())
+        error = group.heartbeat(member_id, group_instance_id, generation, self._clock())
+        log.debug("group %s: Heartbeat of member %r, generation %d: error %d", group_id, member_id, generation, error)
+        return error
 
     async def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[int]:
         """Each leaving (member id, instance id)'s error code."""
@@ -291,6 +309,7 @@ class GroupCoordinator:
             else:
                 self._deliver(group_id, group.mark_dead(self._clock()))
                 del self.groups[group_id]
+                self._logged_states.pop(group_id, None)
                 await self._run(self.manager.delete_group, group_id)
                 results[group_id] = NONE
         return results

@@ -11,9 +11,10 @@ States and transitions (Kafka's):
 * Empty: no members (a new group, or one whose members all left); offsets may be committed.
   A JoinGroup -> PreparingRebalance.
 * PreparingRebalance: JoinGroup responses are held until every known member has rejoined or the rebalance
-  deadline (the largest member ``rebalance.timeout.ms``) passes; a new group waits
-  ``group.initial.rebalance.delay.ms`` first, extended by that delay while members keep arriving, never
-  past the rebalance timeout. Then members that did not rejoin are removed, the generation goes up, a
+  deadline (the largest member ``rebalance.timeout.ms``) passes; a join of an Empty group instead waits
+  ``group.initial.rebalance.delay.ms`` (0: not at all) and completes then with whoever joined, pending
+  member ids or not; a group never formed (generation 0) waits another delay while new members keep
+  arriving, never past the rebalance timeout. Then members that did not rejoin are removed, the generation goes up, a
   protocol is chosen by vote, the leader (the old one if it rejoined, else the first member) gets every
   member's metadata -> CompletingRebalance (or Empty if nobody rejoined).
 * CompletingRebalance: SyncGroup responses are held until the leader's SyncGroup brings the assignment;
@@ -87,7 +88,8 @@ class GroupMetadata:
     pending_members: dict[str, int] = field(default_factory=dict)  # member id -> its join deadline
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     rebalance_deadline: int | None = None  # while PreparingRebalance: when the join completes anyway
-    initial_delay_remaining_ms: int = 0  # a new group's join: what is left of the rebalance timeout
+    # an Empty group's join: what is left of the rebalance timeout after the initial delay; -1 for other joins
+    initial_delay_remaining_ms: int = 0
     new_member_added: bool = False
 
     def __post_init__(self) -> None:
@@ -187,7 +189,8 @@ class GroupMetadata:
             self.leader = member_id
         if params.group_instance_id is not None:
             self.static_members[params.group_instance_id] = member_id
-        self.new_member_added = True
+        if self.state == GroupState.PREPARING_REBALANCE and self.generation == 0:
+            self.new_member_added = True  # Kafka extends the initial delay only for a group never formed
         return self._rebalance_or_complete(now)
 
     def _update_member_and_rebalance(self, member: MemberMetadata, params: JoinParams, now: int) -> list[Reply]:
@@ -227,6 +230,9 @@ class GroupMetadata:
         replies: list[Reply] = []
         if self.state != GroupState.PREPARING_REBALANCE:
             replies += self._prepare_rebalance(now)
+        if self.initial_delay_remaining_ms >= 0 and self.rebalance_deadline is not None \
+                and self.rebalance_deadline <= now:
+            return replies + self._rebalance_deadline_passed(now)  # a delay of 0 ends now, not on a tick
         return replies + self._try_complete_join(now)
 
     def _prepare_rebalance(self, now: int) -> list[Reply]:
@@ -235,11 +241,12 @@ class GroupMetadata:
             # held SyncGroups of the old generation: their members rejoin
             replies += self._answer_syncs(REBALANCE_IN_PROGRESS)
         rebalance_timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-        if self.state == GroupState.EMPTY and self.initial_rebalance_delay_ms > 0:
+        if self.state == GroupState.EMPTY:
+            # Kafka's InitialDelayedJoin, whatever the delay: the join completes when the delay ends (a delay
+            # of 0 at once), whether or not every member has joined or a pending member id has come back
             delay = min(self.initial_rebalance_delay_ms, rebalance_timeout)
             self.rebalance_deadline = now + delay
             self.initial_delay_remaining_ms = max(rebalance_timeout - delay, 0)
-            self.new_member_added = False
         else:
             self.rebalance_deadline = now + rebalance_timeout
             self.initial_delay_remaining_ms = -1  # no initial delay: complete once all have joined
@@ -247,7 +254,7 @@ class GroupMetadata:
         return replies
 
     def _try_complete_join(self, now: int) -> list[Reply]:
-        """Complete the join if every member has rejoined (not during a new group's initial delay)."""
+        """Complete the join if every member has rejoined (not an Empty group's: only its delay's end does)."""
         if self.state != GroupState.PREPARING_REBALANCE or self.initial_delay_remaining_ms >= 0:
             return []
         if self.pending_members or not all(m.awaiting_join for m in self.members.values()):
@@ -436,17 +443,22 @@ class GroupMetadata:
             replies += self._prepare_rebalance(now)
         if self.state == GroupState.PREPARING_REBALANCE and self.rebalance_deadline is not None \
                 and self.rebalance_deadline <= now:
-            if self.initial_delay_remaining_ms > 0 and self.new_member_added:
-                # a new group keeps waiting while members arrive, up to the rebalance timeout
-                delay = min(self.initial_rebalance_delay_ms, self.initial_delay_remaining_ms)
-                self.rebalance_deadline = now + delay
-                self.initial_delay_remaining_ms -= delay
-                self.new_member_added = False
-            else:
-                replies += self._complete_join(now)
+            replies += self._rebalance_deadline_passed(now)
         else:
             replies += self._try_complete_join(now)
         return replies
+
+    def _rebalance_deadline_passed(self, now: int) -> list[Reply]:
+        """The join completes, unless members arrived during the initial delay of a group never formed: then
+        it waits another delay, never past the rebalance timeout."""
+        if self.initial_delay_remaining_ms > 0 and self.new_member_added:
+            delay = min(self.initial_rebalance_delay_ms, self.initial_delay_remaining_ms)
+            self.rebalance_deadline = now + delay
+            self.initial_delay_remaining_ms -= delay
+            self.new_member_added = False
+            if delay > 0:
+                return []
+        return self._complete_join(now)
 
     def mark_dead(self, now: int) -> list[Reply]:
         """The group is deleted: held responses are answered COORDINATOR_NOT_AVAILABLE."""
