@@ -106,3 +106,21 @@ def test_an_idle_server_fsyncs_at_once(requests: int) -> None:
         return commit
 
     assert asyncio.run(scenario()).rounds == requests
+
+
+def test_the_requests_of_one_turn_of_the_loop_share_a_round_and_its_future() -> None:
+    flushes: list[str] = []
+
+    async def run(fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+    async def scenario() -> GroupCommit:
+        commit = GroupCommit(run)
+        # asked one after another without yielding: the round starts at the next turn, with all three
+        futures = [commit.durable([FakeLog(f"p{i}", flushes)]) for i in range(3)]
+        assert futures[0] is futures[1] is futures[2]
+        await asyncio.gather(*futures)
+        return commit
+
+    commit = asyncio.run(scenario())
+    assert commit.rounds == 1 and commit.requests == 3 and sorted(flushes) == ["p0", "p1", "p2"]

@@ -22,6 +22,12 @@ def test_import_compactlog_does_not_import_pyspark() -> None:
     assert "pyspark" not in imported_modules("import compactlog")
 
 
+def test_only_the_socket_servers_loop_imports_uvloop() -> None:
+    assert "uvloop" not in imported_modules("import compactlog, compactlog.broker.listener, compactlog.cli.main")
+    assert "uvloop" in imported_modules("from compactlog.network.socket_server import new_event_loop; "
+                                        "new_event_loop().close()")
+
+
 def test_import_compactlog_spark_does_not_start_pyspark_until_used() -> None:
     modules = imported_modules("import compactlog.spark, compactlog.spark.executor, compactlog.cli.main")
     assert "pyspark" not in modules

@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 import pytest
 
-from compactlog.network.socket_server import PendingResponse, SocketServer
+from compactlog.network.socket_server import PendingResponse, SocketServer, new_event_loop
 from compactlog.server_config import Listener
 
 
@@ -28,6 +28,7 @@ class _Handler:
         self.waiting: asyncio.Future[bytes | None] | None = None
         self.handled: list[bytes] = []
         self.received_wait = threading.Event()  # set once a "wait" request is handled
+        self.held: list[tuple[bytes, asyncio.Future[bytes | None]]] = []
 
     async def __call__(self, frame: bytes, listener: str) -> bytes | PendingResponse | None:
         self.handled.append(frame)
@@ -40,15 +41,23 @@ class _Handler:
             failed: asyncio.Future[bytes | None] = loop.create_future()
             failed.set_exception(RuntimeError("a bug in a pending response"))
             return PendingResponse(failed)
+        if frame.startswith(b"hold"):
+            held: asyncio.Future[bytes | None] = loop.create_future()
+            self.held.append((frame, held))
+            return PendingResponse(held)
+        if frame == b"release":  # the held responses complete in the reverse order of their requests, each at
+            for turn, (request, held) in enumerate(reversed(self.held)):  # a later turn of the loop
+                loop.call_later(0.01 * turn, held.set_result, _frame(b"answer to " + request))
         if self.waiting is not None and not self.waiting.done():
             self.waiting.set_result(_frame(b"answer to wait"))
         return _frame(b"answer to " + frame)
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[_Handler, int]]:
+@pytest.fixture(params=["uvloop", "asyncio"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[_Handler, int]]:
     handler = _Handler()
-    server = SocketServer([Listener("PLAINTEXT", "127.0.0.1", 0)], 1 << 20, handler)
+    loop_factory = new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
+    server = SocketServer([Listener("PLAINTEXT", "127.0.0.1", 0)], 1 << 20, handler, loop_factory=loop_factory)
     server.start()
     try:
         yield handler, server.bound[0].port
@@ -73,6 +82,15 @@ def test_a_pending_response_lets_the_next_request_run_and_responses_keep_the_req
         assert _read_frame(stream) == b"answer to wait"
         assert _read_frame(stream) == b"answer to go"
     assert handler.handled == [b"wait", b"go"]
+
+
+def test_responses_completing_in_reverse_order_go_out_in_the_order_of_the_requests(served) -> None:
+    _, port = served
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"".join(_frame(b"hold%d" % i) for i in range(5)) + _frame(b"release") + _frame(b"after"))
+        stream = conn.makefile("rb")
+        assert [_read_frame(stream) for _ in range(7)] == [
+            *(b"answer to hold%d" % i for i in range(5)), b"answer to release", b"answer to after"]
 
 
 def test_a_failed_pending_response_closes_its_connection_after_the_earlier_responses(served) -> None:

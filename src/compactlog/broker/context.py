@@ -58,9 +58,10 @@ class BrokerContext:
             advertised[listener.name] = listener
         self.advertised = advertised
 
-    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(*args)`` in the storage thread pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+    def run(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        """``fn(*args)`` in the storage thread pool: a future of the event loop (awaited, or given a callback;
+        no coroutine or Task is made for it)."""
+        return asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)

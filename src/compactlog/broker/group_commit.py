@@ -27,48 +27,59 @@ from ..log import Log
 
 __all__ = ["GroupCommit"]
 
+# Runs a blocking call in the storage threads: a future (no Task is made for it) or a coroutine.
 Runner = Callable[..., Awaitable[Any]]
 
 
 class GroupCommit:
-    """Coalesces the fsyncs that Produce requests wait for."""
+    """Coalesces the fsyncs that Produce requests wait for.
+
+    Callbacks, not Tasks: the requests that ask before a round begins share one future, which the round's
+    end settles; the next round is started from the end of the previous one (or, on an idle server, at the
+    next turn of the event loop, so that the requests of one turn share their round)."""
 
     def __init__(self, run: Runner) -> None:
-        self._run = run  # runs a blocking call in the storage threads
+        self._run = run
         self._logs: dict[int, Log] = {}
-        self._waiters: list[asyncio.Future[None]] = []
-        self._round: asyncio.Task[None] | None = None
+        self._next: asyncio.Future[None] | None = None  # the future of the requests waiting for the next round
+        self._waiting = 0  # requests waiting for the next round
+        self._running = False  # a round is running or about to start
         self.rounds = 0  # flush rounds run, for tests and metrics
         self.requests = 0  # requests made durable
 
-    async def durable(self, logs: Iterable[Log]) -> None:
-        """Return once everything appended to ``logs`` before this call is fsynced; raise the round's error
-        (a :class:`~compactlog.errors.KafkaStorageError`) if an fsync failed."""
+    def durable(self, logs: Iterable[Log]) -> asyncio.Future[None]:
+        """A future done once everything appended to ``logs`` before this call is fsynced; its exception is the
+        round's error (a :class:`~compactlog.errors.KafkaStorageError`) if an fsync failed. The future is
+        shared by the requests of its round: a waiter must not cancel it (``asyncio.shield`` it)."""
         for log in logs:
             self._logs[id(log)] = log
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
-        if self._round is None:
-            self._round = asyncio.get_running_loop().create_task(self._flush_rounds())
-        await future
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        self._waiting += 1
+        if not self._running:
+            self._running = True
+            self._next.get_loop().call_soon(self._start_round)
+        return self._next
 
-    async def _flush_rounds(self) -> None:
-        try:
-            while self._waiters:
-                logs, waiters = list(self._logs.values()), self._waiters
-                self._logs, self._waiters = {}, []
-                try:
-                    await self._run(flush_logs, logs)
-                except Exception as e:
-                    for waiter in waiters:
-                        if not waiter.done():
-                            waiter.set_exception(e)
-                    continue
-                self.rounds += 1
-                self.requests += len(waiters)
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-        finally:
-            self._round = None
+    def _start_round(self) -> None:
+        logs, done, waiting = list(self._logs.values()), self._next, self._waiting
+        self._logs, self._next, self._waiting = {}, None, 0
+        assert done is not None
+        flushed = asyncio.ensure_future(self._run(flush_logs, logs))
+        flushed.add_done_callback(lambda flushed: self._end_round(flushed, done, waiting))
 
+    def _end_round(self, flushed: asyncio.Future[Any], done: asyncio.Future[None], waiting: int) -> None:
+        if flushed.cancelled():  # the loop shuts down: no request of the round is known to be durable
+            done.cancel()
+        elif (error := flushed.exception()) is not None:
+            if not done.done():
+                done.set_exception(error)
+        else:
+            self.rounds += 1
+            self.requests += waiting
+            if not done.done():
+                done.set_result(None)
+        if self._next is not None:  # requests asked while this round ran: the next round starts now
+            self._start_round()
+        else:
+            self._running = False

@@ -194,14 +194,27 @@ class KafkaApis:
         if fields is None:
             return None
         if isinstance(fields, asyncio.Future):
-            return PendingResponse(asyncio.ensure_future(_encode_when_ready(fields, api.response, version,
-                                                                            correlation_id)))
+            pending: asyncio.Future[bytes | bytearray | None] = fields.get_loop().create_future()
+            # Encoded by a callback of the fields' future, not a Task of its own.
+            fields.add_done_callback(lambda done: _encode_when_ready(done, pending, api.response, version,
+                                                                     correlation_id))
+            return PendingResponse(pending)
         return _encode(api.response, version, correlation_id, fields)
 
 
-async def _encode_when_ready(fields: asyncio.Future[Fields], response: Any, version: int,
-                             correlation_id: int) -> bytearray:
-    return _encode(response, version, correlation_id, await fields)
+def _encode_when_ready(fields: asyncio.Future[Fields], frame: asyncio.Future[bytes | bytearray | None],
+                       response: Any, version: int, correlation_id: int) -> None:
+    """Settle ``frame`` with the response encoded from the done ``fields`` (or with their error, their
+    cancellation: the socket server closes the connection, or it shuts down)."""
+    if frame.done():  # cancelled: the server shut down
+        return
+    if fields.cancelled():
+        frame.cancel()
+        return
+    try:
+        frame.set_result(_encode(response, version, correlation_id, fields.result()))
+    except Exception as e:
+        frame.set_exception(e)
 
 
 def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytearray:

@@ -27,6 +27,7 @@ Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from ..errors import CompactLogError
@@ -57,21 +58,41 @@ async def handle_produce(context: BrokerContext, request: Any, version: int,
                    for _, partition, _ in work]
         return _response(work, results)
     results, logs = await context.run(_append_all, context.store, work, request.transactional_id)
-    durable = asyncio.ensure_future(_when_durable(context, work, results, logs))
+    durable = context.group_commit.durable(logs)
     if acks == 0:
-        await durable
+        with contextlib.suppress(CompactLogError):  # a failed fsync: no one to tell
+            await asyncio.shield(durable)  # the round's future is shared: cancelling this wait must not cancel it
+        _answer(context, work, results, durable)
         return None
-    return durable
+    answered: asyncio.Future[dict[str, Any]] = durable.get_loop().create_future()
+    # A callback of the round, not a Task: it runs once the fsync has returned (or failed).
+    durable.add_done_callback(lambda round_: _settle(answered, context, work, results, round_))
+    return answered
 
 
-async def _when_durable(context: BrokerContext, work: list[tuple[str, int, bytes | None]],
-                        results: list[dict[str, Any]], logs: list[Log]) -> dict[str, Any]:
+def _settle(answered: asyncio.Future[dict[str, Any]], context: BrokerContext,
+            work: list[tuple[str, int, bytes | None]], results: list[dict[str, Any]],
+            durable: asyncio.Future[None]) -> None:
+    if durable.cancelled():  # the server shuts down: the request stays unanswered
+        answered.cancel()
+        return
     try:
-        await context.group_commit.durable(logs)
-    except CompactLogError as e:  # the fsync failed: no partition's records are known to be durable
+        answered.set_result(_answer(context, work, results, durable))
+    except Exception as e:  # not a storage error: a bug, which closes the connection (socket_server)
+        answered.set_exception(e)
+
+
+def _answer(context: BrokerContext, work: list[tuple[str, int, bytes | None]], results: list[dict[str, Any]],
+            durable: asyncio.Future[None]) -> dict[str, Any]:
+    """The response once the group-commit round is done. A failed fsync fails every partition that was
+    appended, as none can know its records survived; an error that is not a CompactLogError is raised."""
+    error = durable.exception()
+    if error is not None:
+        if not isinstance(error, CompactLogError):
+            raise error
         for result in results:
             if result["error_code"] == NONE:
-                result.update(error_code=error_code(e), base_offset=-1, error_message=str(e))
+                result.update(error_code=error_code(error), base_offset=-1, error_message=str(error))
     context.purgatory.notify((topic, partition) for topic, partition, _ in work)
     return _response(work, results)
 

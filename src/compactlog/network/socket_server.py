@@ -7,8 +7,9 @@ as Kafka's muted channels have it. The handler answers a response frame (None: n
 ``acks=0``) or a :class:`PendingResponse`: the request has taken effect but its response waits for
 something (a Produce for the fsync its records share with others). The connection then reads and handles
 its next requests meanwhile, up to :data:`MAX_PENDING_RESPONSES` unanswered, so the appends of a client's
-pipelined Produce requests overlap the fsyncs of the earlier ones; a sender task writes the responses in
-the order of the requests, each once it is ready.
+pipelined Produce requests overlap the fsyncs of the earlier ones; the responses are written in the order
+of the requests, each once it and those before it are ready (by the callback of the one that completes
+last: no Task or queue per response).
 
 A frame larger than ``socket.request.max.bytes`` (or of negative size), one cut short by a closed
 connection, or one the handler refuses as malformed (:class:`~compactlog.errors.MalformedRequestError`)
@@ -18,7 +19,8 @@ Why asyncio: every connection is a coroutine on one event loop, so a thousand id
 thousand small objects, not threads, and a long-polling Fetch is a timer. Handlers run their blocking store
 calls (fsyncs, Parquet reads) in a thread pool (see :mod:`compactlog.broker.kafka_apis`), so the loop keeps
 serving the other connections meanwhile; a client that does not read its responses blocks only its own
-coroutine (``drain``).
+coroutine (``drain``: its requests are no longer read). The loop is uvloop's where it is installed
+(:func:`new_event_loop`).
 
 The server is a component: :meth:`SocketServer.start` binds every listener and returns once they listen,
 in a thread of its own that runs the event loop; :meth:`SocketServer.shutdown` closes them and stops it.
@@ -31,16 +33,27 @@ import contextvars
 import functools
 import logging
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import cast
 
 from ..errors import MalformedRequestError
 from ..server_config import Listener
 
-__all__ = ["CLIENT_HOST", "MAX_PENDING_RESPONSES", "PendingResponse", "RequestHandler", "SocketServer"]
+__all__ = ["CLIENT_HOST", "MAX_PENDING_RESPONSES", "PendingResponse", "RequestHandler", "SocketServer",
+           "new_event_loop"]
 
 log = logging.getLogger("compactlog.network")
 
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The socket server's event loop: uvloop's (libuv) where it is installed, as it spends less CPU per
+    request on its transports, callbacks and executor handoffs than asyncio's; else asyncio's."""
+    try:
+        import uvloop  # imported by serve only: ``import compactlog`` does not load it
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 class PendingResponse:
@@ -63,14 +76,15 @@ MAX_PENDING_RESPONSES = 8
 # A connection's stream buffer: reading stops while it holds twice this much. At asyncio's default (64 KiB)
 # a 1 MB produce request paused and resumed the socket's reading at every 256 KiB read on its way in.
 READ_BUFFER_BYTES = 1 << 20
-_END = object()  # the connection's last request was read: the sender ends after the responses before it
 
 
 class SocketServer:
     """Listeners speaking size-prefixed frames to a :data:`RequestHandler`."""
 
     def __init__(self, listeners: Sequence[Listener], max_request_bytes: int, handler: RequestHandler,
-                 on_bound: Callable[[tuple[Listener, ...]], None] | None = None) -> None:
+                 on_bound: Callable[[tuple[Listener, ...]], None] | None = None,
+                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+        self.loop_factory = loop_factory or new_event_loop
         self.on_bound = on_bound  # told the bound listeners before the first connection is accepted
         self.listeners = tuple(listeners)
         self.max_request_bytes = max_request_bytes
@@ -107,7 +121,7 @@ class SocketServer:
         self.loop = None
 
     def _run(self) -> None:
-        self.loop = loop = asyncio.new_event_loop()
+        self.loop = loop = self.loop_factory()
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._bind())
@@ -160,11 +174,10 @@ class SocketServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
-        responses: asyncio.Queue[object] = asyncio.Queue(MAX_PENDING_RESPONSES)
-        sender = asyncio.get_running_loop().create_task(self._send(responses, writer, peer))
+        responses = _Responses(writer, peer)
         shutting_down = False
         try:
-            while not sender.done():
+            while not responses.failed:
                 frame = await self._read_frame(reader, peer)
                 if frame is None:
                     return
@@ -173,49 +186,23 @@ class SocketServer:
                 except MalformedRequestError as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     return
-                await responses.put(response)
+                responses.add(response)
+                while len(responses) >= MAX_PENDING_RESPONSES and not responses.failed:
+                    await responses.progress()
+                await writer.drain()  # a client that does not read its responses is no longer read either
         except (ConnectionError, asyncio.IncompleteReadError):
             return  # the client went away; nothing to answer
         except asyncio.CancelledError:  # the server shuts down: unanswered requests stay unanswered
             shutting_down = True
-            sender.cancel()
             raise
         except Exception:  # a handler's bug: this connection ends, the server goes on
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             try:
-                if not sender.done() and not shutting_down:  # the responses of the requests so far go out
-                    await responses.put(_END)
-                    await sender
-            except asyncio.CancelledError:  # the server shut down meanwhile
-                sender.cancel()
-                raise
+                while len(responses) and not responses.failed and not shutting_down:
+                    await responses.progress()  # the responses of the requests so far go out
             finally:
-                writer.close()
-
-    async def _send(self, responses: asyncio.Queue[object], writer: asyncio.StreamWriter, peer: object) -> None:
-        """Write the responses in the order of their requests, each once ready, until :data:`_END`. After a
-        failure (the client went away, a pending response's error) the connection is closed and the
-        responses still queued are awaited but not written."""
-        failed = False
-        while (response := await responses.get()) is not _END:
-            if isinstance(response, PendingResponse):
-                try:
-                    response = await response.frame
-                except Exception:  # a handler's bug in the pending part: this connection ends
-                    if not failed:
-                        log.exception("closing connection from %s after an internal error", peer)
-                        failed = True
-                        writer.close()
-                    continue
-            if response is None or failed:
-                continue
-            try:
-                writer.write(cast(bytes | bytearray, response))
-                await writer.drain()
-            except ConnectionError:
-                failed = True
-                writer.close()
+                writer.close()  # after the buffered responses are written
 
     async def _read_frame(self, reader: asyncio.StreamReader, peer: object) -> bytes | None:
         """The next frame's bytes; None (after a log line if the frame was bad) when the connection ends."""
@@ -235,3 +222,77 @@ class SocketServer:
         except asyncio.IncompleteReadError as e:
             log.warning("closing connection from %s: a frame of %d bytes cut short at %d", peer, size, len(e.partial))
             return None
+
+
+class _Responses:
+    """A connection's responses in the order of its requests: each is written as soon as it and every one
+    before it are ready, by the callback of the pending response that completes (no Task, no queue per
+    connection). After a failure (a pending response's error) the connection is closed and later responses
+    are not written."""
+
+    __slots__ = ("_peer", "_queue", "_waiter", "_writer", "failed")
+
+    def __init__(self, writer: asyncio.StreamWriter, peer: object) -> None:
+        self._writer = writer
+        self._peer = peer
+        self._queue: deque[bytes | bytearray | PendingResponse | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None  # the reading coroutine's wait for progress
+        self.failed = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def add(self, response: bytes | bytearray | PendingResponse | None) -> None:
+        if isinstance(response, PendingResponse):
+            self._queue.append(response)
+            response.frame.add_done_callback(self._ready)
+        elif self._queue:  # behind a pending response
+            self._queue.append(response)
+        else:
+            self._write(response)
+
+    def progress(self) -> asyncio.Future[None]:
+        """A future done when a response has left the queue or the connection failed."""
+        if self._waiter is None or self._waiter.done():
+            self._waiter = asyncio.get_running_loop().create_future()
+        return self._waiter
+
+    def _ready(self, _: object) -> None:
+        queue = self._queue
+        while queue:
+            head = queue[0]
+            if isinstance(head, PendingResponse):
+                if not head.frame.done():
+                    break
+                queue.popleft()
+                self._write(self._frame(head.frame))
+            else:
+                queue.popleft()
+                self._write(head)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _frame(self, frame: asyncio.Future[bytes | bytearray | None]) -> bytes | bytearray | None:
+        if frame.cancelled():  # the server shuts down
+            self._fail()
+            return None
+        error = frame.exception()
+        if error is None:
+            return frame.result()
+        if not self.failed:  # a handler's bug in the pending part: this connection ends
+            log.error("closing connection from %s after an internal error", self._peer, exc_info=error)
+            self._fail()
+        return None
+
+    def _fail(self) -> None:
+        self.failed = True
+        self._writer.close()
+
+    def _write(self, response: bytes | bytearray | None) -> None:
+        if response is None or self.failed:
+            return
+        if self._writer.is_closing():  # the client went away
+            self._fail()
+            return
+        self._writer.write(response)
+
