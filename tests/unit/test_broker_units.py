@@ -85,6 +85,28 @@ def test_a_null_where_the_schema_has_no_nullable_versions_is_found() -> None:
     assert null_field(request([topic([partition]), topic(None)]), 9) == "topic_data[1].partition_data"
 
 
+@pytest.mark.parametrize(("version", "client_id"), [(3, "rdkafka"), (9, "rdkafka"), (9, None), (9, "é" * 200)])
+def test_a_request_decodes_as_kafka_pythons_own_decoder_with_its_header(version: int, client_id: str | None) -> None:
+    """decode_request decodes the header with its compiled decoder (v3: header v1; v9: flexible, header v2 with
+    tagged fields and a non-compact client id) and the body from the header's end."""
+    from kafka.protocol.producer import ProduceRequest
+
+    from compactlog.broker.messages import decode_request
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    builder.append(0, 1_000, b"k", b"v", [])
+    partition = ProduceRequest.TopicProduceData.PartitionProduceData(index=2, records=bytes(builder.build()))
+    request = ProduceRequest(version=version, transactional_id="tx", acks=-1, timeout_ms=1,
+                             topic_data=[ProduceRequest.TopicProduceData(name="t", partition_data=[partition])])
+    request.with_header(correlation_id=77, client_id=client_id)
+    frame = bytes(request.encode(header=True))
+    decoded, expected = decode_request(ProduceRequest, frame, version), ProduceRequest.decode(
+        frame, version=version, header=True)
+    assert decoded == expected and decoded.topic_data[0].partition_data[0].records == partition.records
+    assert (decoded.header.correlation_id, decoded.header.client_id) == (77, client_id)
+    assert (expected.header.correlation_id, expected.header.client_id) == (77, client_id)
+
+
 def test_only_a_v2_batch_with_the_transactional_bit_makes_a_request_transactional() -> None:
     from kafka.record.legacy_records import LegacyRecordBatchBuilder
 

@@ -93,7 +93,7 @@ from ..network.socket_server import PendingResponse
 from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
-from .messages import build, null_field
+from .messages import build, decode_request, null_field
 
 __all__ = ["APIS", "Api", "KafkaApis"]
 
@@ -183,7 +183,7 @@ class KafkaApis:
             raise MalformedRequestError(f"{api.request.name} v{version} is not supported; allowed: "
                                         f"v{api.min_version}..v{api.max_version}")
         try:
-            request = api.request.decode(frame, version=version, header=True)
+            request = decode_request(api.request, frame, version)
         except Exception as e:  # the decoder raises whatever a bad byte leads it to (struct.error, ...)
             raise MalformedRequestError(f"{api.request.name} v{version} cannot be decoded: "
                                         f"{type(e).__name__}: {e}") from e
