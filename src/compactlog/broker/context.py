@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..coordinator.group_coordinator import GroupCoordinator
@@ -18,6 +17,7 @@ from ..store import Store
 from .fetch_purgatory import FetchPurgatory
 from .fetch_read_ahead import ReadAheads
 from .group_commit import GroupCommit
+from .storage_threads import StorageThreads
 
 __all__ = ["STORAGE_THREADS", "BrokerContext", "open_log"]
 
@@ -47,7 +47,7 @@ class BrokerContext:
         self.advertised: dict[str, Listener] = {}
         self.purgatory = FetchPurgatory()
         self.read_aheads = ReadAheads()
-        self.executor = ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="compactlog-storage")
+        self.executor = StorageThreads(STORAGE_THREADS, "compactlog-storage")
         self.group_commit = GroupCommit(self.run)
         self.groups = GroupCoordinator(GroupMetadataManager(store, config), config, self.run, store.clock)
 
@@ -61,7 +61,7 @@ class BrokerContext:
     def run(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
         """``fn(*args)`` in the storage thread pool: a future of the event loop (awaited, or given a callback;
         no coroutine or Task is made for it)."""
-        return asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        return self.executor.run(fn, *args)
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
