@@ -5,7 +5,8 @@ expiry, idle rolls, compaction; ``log.cleaner.enable`` honoured), and Prometheus
 a single-node broker for unmodified Kafka clients: ``--listeners`` (Kafka's syntax, default the
 ``listeners`` of ``server.properties``, else PLAINTEXT://127.0.0.1:9092) and ``--advertised-listeners``.
 Once every endpoint listens it prints ``listening on NAME://host:port`` on stdout, one line a listener (a
-port 0 replaced by the port bound). One line a cleaner pass on stderr.
+port 0 replaced by the port bound). One line a cleaner pass on stderr. The listener and the cleaner work on
+one store, whose Logs the broker appends through and the cleaner swaps and rolls (:func:`components`).
 
 Passes run on Spark (``local[*]``, or ``--spark-master URL``, else ``$COMPACTLOG_SPARK_MASTER``) as
 ``clean``'s do: the session starts when a pass first has a partition to clean and lives until the server
