@@ -257,17 +257,19 @@ class Store:
         log = self._logs.get(key)
         if log is not None and self._log_topic_ids.get(key) == meta.topic_id:
             return log
+        stale = None
         with self._opening:  # again under the lock: another thread may have opened it meanwhile
             log = self._logs.get(key)
             if log is not None and self._log_topic_ids.get(key) != meta.topic_id:
-                log.close()  # the topic was deleted and created again (by another store): a new log
-                log = None
+                stale, log = log, None  # the topic was deleted and created again (by another store): a new log
             if log is None:
                 log = Log(self._partition_dir(topic, partition), topic, partition,
                           lambda: self._meta(topic).config, self.clock, self.read_only)
                 self._logs[key] = log
                 self._log_topic_ids[key] = meta.topic_id
-            return log
+        if stale is not None:  # closed outside the lock: a thread holding the stale log may be waiting for it
+            stale.close()
+        return log
 
     def partition_logs(self, topic: str | None = None) -> Iterator[Log]:
         for name in [topic] if topic is not None else self.topics():

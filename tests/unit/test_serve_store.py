@@ -169,3 +169,47 @@ def test_threads_opening_one_partition_at_once_get_one_log(tmp_path: Path, monke
         for worker in workers:
             worker.join(TIMEOUT_S)
         assert len(results) == threads and len(built) == 1 and all(log is built[0] for log in results)
+
+
+def test_a_stale_log_is_closed_outside_the_opening_lock(tmp_path: Path) -> None:
+    """A topic deleted and created again by another store gets a new Log; the stale one is closed once the
+    store's opening lock is released, so that a thread holding the stale Log (a marker being written) can
+    open another partition meanwhile instead of waiting for a thread that waits for it."""
+    data_dir = str(tmp_path)
+    store = compactlog.open(data_dir)
+    threads: list[threading.Thread] = []  # daemons: if they deadlock, the test fails instead of hanging
+    try:
+        store.create_topic("t", 1)
+        store.create_topic("u", 1)
+        stale = store.log("t", 0)
+        with compactlog.open(data_dir) as other:
+            other.delete_topic("t")
+            other.create_topic("t", 1)
+        closing, opened_other = threading.Event(), threading.Event()
+        close = stale.close
+
+        def announced_close() -> None:
+            closing.set()
+            close()
+
+        stale.close = announced_close  # type: ignore[method-assign]
+
+        def hold_stale_then_open_another() -> None:
+            with stale.locked(refresh=False):
+                reopening.start()
+                closing.wait(TIMEOUT_S)  # the other thread is closing the stale Log, which this one holds
+                store.log("u", 0)
+                opened_other.set()
+
+        results: list[Log] = []
+        reopening = threading.Thread(target=lambda: results.append(store.log("t", 0)), daemon=True)
+        holder = threading.Thread(target=hold_stale_then_open_another, daemon=True)
+        threads += [holder, reopening]
+        holder.start()
+        holder.join(TIMEOUT_S)
+        reopening.join(TIMEOUT_S)
+        assert opened_other.is_set() and not holder.is_alive() and not reopening.is_alive()
+        assert results and results[0] is not stale and results[0] is store.log("t", 0)
+    finally:
+        if not any(thread.is_alive() for thread in threads):  # else the close would wait for them too
+            store.close()
