@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -111,6 +112,9 @@ class Store:
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
+        # Threads share a store (serve's broker threads and cleaner): one Log per partition, opened under
+        # this lock, so that every thread appends, swaps and rolls through the same Log and its thread lock.
+        self._opening = threading.Lock()
         self._closed = False
         # Writable: made now, as its opening removes what a killed state write left (.transactions/*.tmp).
         self._coordinator: TransactionCoordinator | None = None if self.read_only else TransactionCoordinator(self)
@@ -251,14 +255,20 @@ class Store:
                                                f"there is no partition {partition!r}")
         key = (topic, partition)
         log = self._logs.get(key)
-        if log is not None and self._log_topic_ids.get(key) != meta.topic_id:
-            log.close()  # the topic was deleted and created again (by another store): a new log
-            log = None
-        if log is None:
-            log = Log(self._partition_dir(topic, partition), topic, partition,
-                      lambda: self._meta(topic).config, self.clock, self.read_only)
-            self._logs[key] = log
-            self._log_topic_ids[key] = meta.topic_id
+        if log is not None and self._log_topic_ids.get(key) == meta.topic_id:
+            return log
+        stale = None
+        with self._opening:  # again under the lock: another thread may have opened it meanwhile
+            log = self._logs.get(key)
+            if log is not None and self._log_topic_ids.get(key) != meta.topic_id:
+                stale, log = log, None  # the topic was deleted and created again (by another store): a new log
+            if log is None:
+                log = Log(self._partition_dir(topic, partition), topic, partition,
+                          lambda: self._meta(topic).config, self.clock, self.read_only)
+                self._logs[key] = log
+                self._log_topic_ids[key] = meta.topic_id
+        if stale is not None:  # closed outside the lock: a thread holding the stale log may be waiting for it
+            stale.close()
         return log
 
     def partition_logs(self, topic: str | None = None) -> Iterator[Log]:

@@ -6,7 +6,10 @@ Nothing of the data directory is opened or written before :meth:`KafkaListener.s
 data-directory lock (:class:`compactlog.server.DataDirectoryLock`) before anything else, and building the
 broker's context creates ``__consumer_offsets`` when it is missing and reads the groups back, which only the
 process holding the lock may do. The constructor only reads and checks the server configs,
-so that a bad one fails before anything starts."""
+so that a bad one fails before anything starts.
+
+The store is the one ``serve`` opened under its lock and shares with its cleaner service when given (its
+opener closes it, after every component has stopped); else the listener opens one at start and closes it."""
 
 from __future__ import annotations
 
@@ -27,14 +30,16 @@ __all__ = ["KafkaListener"]
 
 
 class KafkaListener:
-    """The Kafka-protocol listener of a store as a component: :meth:`start` opens the store, binds and
-    serves, :meth:`shutdown` stops."""
+    """The Kafka-protocol listener of a store as a component: :meth:`start` opens the store (unless given
+    one), binds and serves, :meth:`shutdown` stops."""
 
     name = "kafka listener"
 
-    def __init__(self, data_dir: str, overrides: Mapping[str, object] | None = None) -> None:
+    def __init__(self, data_dir: str, overrides: Mapping[str, object] | None = None,
+                 store: Store | None = None) -> None:
         self.data_dir = data_dir
         self.config = load_server_config(data_dir, overrides)
+        self._given = store  # used, never closed, by the listener
         self.store: Store | None = None
         self.context: BrokerContext | None = None
         self.server: SocketServer | None = None
@@ -54,7 +59,7 @@ class KafkaListener:
 
     def _start(self) -> None:
         config = self.config
-        self.store = open_store(self.data_dir)
+        self.store = self._given if self._given is not None else open_store(self.data_dir)
         self.context = context = BrokerContext(self.store, config)  # creates __consumer_offsets if missing
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(context).handle,
                                    on_bound=context.set_bound)
@@ -79,6 +84,6 @@ class KafkaListener:
             self.server.shutdown()
         if self.context is not None:
             self.context.close()
-        if self.store is not None:
+        if self.store is not None and self.store is not self._given:
             self.store.close()
         self.store = self.context = self.server = self.expiry = None
