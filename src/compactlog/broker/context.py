@@ -5,7 +5,6 @@ Parquet reads) off the event loop."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,15 +23,12 @@ __all__ = ["STORAGE_THREADS", "BrokerContext", "open_log"]
 _T = TypeVar("_T")
 # Threads for blocking store calls: appends (fsync) and reads (Parquet) of several connections at once.
 STORAGE_THREADS = 4
-# The store caches one Log per partition but does not lock its cache: the storage threads open partitions one
-# at a time, so two threads never open the same partition twice (each Log holds a lock file open).
-_OPENING = threading.Lock()
 
 
 def open_log(store: Store, topic: str, partition: int) -> Log:
-    """``store.log(topic, partition)``, safe from several storage threads at once."""
-    with _OPENING:
-        return store.log(topic, partition)
+    """``store.log(topic, partition)`` (the store locks its cache of Logs: safe from the storage threads, the
+    transaction-expiry thread and the cleaner service at once)."""
+    return store.log(topic, partition)
 
 
 class BrokerContext:
