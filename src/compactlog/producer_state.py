@@ -128,6 +128,16 @@ class ProducerStateManager:
 
     # -- applying appended rows ----------------------------------------------------------------------
 
+    def _entry_at(self, producer_id: int, epoch: int) -> ProducerEntry:
+        """The producer's entry for rows of ``epoch``: a newer epoch starts a new entry (its sequences start
+        over), which keeps the open transaction's first offset and start time."""
+        entry = self.entries.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(producer_id, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
+                                  txn_start_ms=entry.txn_start_ms if entry else -1)
+            self.entries[producer_id] = entry
+        return entry
+
     def apply(self, rows: pa.Table | pa.RecordBatch) -> list[AbortedTxn]:
         """Update the state with appended rows (in offset order); returns the transactions they aborted."""
         if rows.num_rows == 0:
@@ -156,11 +166,7 @@ class ProducerStateManager:
             if pid == NO_PRODUCER_ID:
                 continue
             epoch = int(epochs[start])
-            entry = self.entries.get(pid)
-            if entry is None or epoch > entry.epoch:
-                entry = ProducerEntry(pid, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
-                                      txn_start_ms=entry.txn_start_ms if entry else -1)
-                self.entries[pid] = entry
+            entry = self._entry_at(pid, epoch)
             entry.last_timestamp = max(entry.last_timestamp, int(timestamps[end - 1]))
             entry.last_offset = int(offsets[end - 1])
             if control[start] != CONTROL_NONE:
@@ -187,11 +193,7 @@ class ProducerStateManager:
         """Update the state with one appended marker (what :meth:`apply` does for a one-row control run,
         without reading columns back); returns the transaction it aborted, if any."""
         self.next_offset = max(self.next_offset, offset + 1)
-        entry = self.entries.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = ProducerEntry(producer_id, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
-                                  txn_start_ms=entry.txn_start_ms if entry else -1)
-            self.entries[producer_id] = entry
+        entry = self._entry_at(producer_id, epoch)
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
         entry.last_offset = offset
         aborted = None
@@ -205,11 +207,7 @@ class ProducerStateManager:
         """:meth:`apply` of one producer's data rows at ``first_offset..last_offset`` (one run of its rows:
         one appended batch, or one frame of it), given by their ends instead of columns: the same state."""
         self.next_offset = max(self.next_offset, last_offset + 1)
-        entry = self.entries.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = ProducerEntry(producer_id, epoch, txn_first_offset=entry.txn_first_offset if entry else None,
-                                  txn_start_ms=entry.txn_start_ms if entry else -1)
-            self.entries[producer_id] = entry
+        entry = self._entry_at(producer_id, epoch)
         entry.last_timestamp = max(entry.last_timestamp, last_timestamp)
         entry.last_offset = last_offset
         previous = entry.batches[-1] if entry.batches else None
