@@ -3,8 +3,6 @@ the broker appends through, so neither replays the other's changes from the file
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
+from wire_client import TIMEOUT_S, Connection
 
 import compactlog
 from compactlog.broker.error_codes import NONE
@@ -25,31 +24,8 @@ from compactlog.cli.main import build_parser
 from compactlog.log import Log
 from compactlog.server import Server
 
-TIMEOUT_S = 30
 # Compacted at once by a pass: the idle active segment rolls (max.compaction.lag.ms 1 ms, records of 2023).
 TOPIC_CONFIGS = {"cleanup.policy": "compact", "max.compaction.lag.ms": "1", "min.cleanable.dirty.ratio": "0.01"}
-
-
-class Connection:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
-        self.correlation_id = 0
-
-    def call(self, request: Any, response_class: Any) -> Any:
-        self.correlation_id += 1
-        request.with_header(correlation_id=self.correlation_id, client_id="test")
-        self.sock.sendall(bytes(request.encode(header=True, framed=True)))
-        (size,) = struct.unpack(">i", self._exactly(4))
-        return response_class.decode(self._exactly(size), version=request.API_VERSION, header=True)
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            data += chunk
-        return data
 
 
 def produce(conn: Connection, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int],
@@ -117,7 +93,7 @@ def test_serves_cleaner_rolls_and_swaps_through_the_brokers_logs_and_the_next_fe
         server = Server([listener])  # the cleaner's passes are run here, one at a time, not by its thread
         server.startup()
         try:
-            conn = Connection(listener.bound[0].port)
+            conn = Connection(f"127.0.0.1:{listener.bound[0].port}")
             init = conn.call(InitProducerIdRequest(version=4, transactional_id=None, transaction_timeout_ms=60000,
                                                    producer_id=-1, producer_epoch=-1), InitProducerIdResponse)
             producer = (init.producer_id, init.producer_epoch)
