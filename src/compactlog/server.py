@@ -36,6 +36,13 @@ from .errors import DataDirectoryError, DataDirectoryLockedError
 
 _log = logging.getLogger("compactlog.server")
 
+# CPython runs a signal's Python handler only in the main thread, and only once that thread is back in Python
+# code. The kernel may hand SIGTERM to any of the process's threads (the storage, socket-server and cleaner
+# threads included); one taken by another thread does not interrupt the main thread's wait on a lock, and one
+# that lands just before the wait starts is noted but not acted on. So the main thread waits in slices of this
+# many seconds: a signal is acted on within one slice however it was delivered.
+SIGNAL_CHECK_S = 0.5
+
 
 class Component(Protocol):
     name: str
@@ -136,7 +143,8 @@ class Server:
                 _log.info("server started: %s", ", ".join(c.name for c in self.components))
                 if on_started is not None:
                     on_started()
-                stop.wait()
+                while not stop.wait(SIGNAL_CHECK_S):
+                    pass
             finally:
                 self.shutdown()
                 _log.info("server stopped")

@@ -3,8 +3,11 @@ cleaner service's loop (with a wait that never sleeps), its backoff rule, and th
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
+import signal
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -61,6 +64,52 @@ def test_a_component_that_cannot_start_stops_those_started_before_it() -> None:
     with pytest.raises(OSError, match="metrics cannot start"):
         server.startup()
     assert calls == ["start lock", "start cleaner", "stop cleaner", "stop lock"]
+
+
+def test_a_signal_taken_by_another_thread_still_stops_the_server() -> None:
+    # Any thread may take a process-directed SIGTERM; one taken by a component's thread must end the main
+    # thread's wait too (it did not, and `compactlog serve` then ignored a SIGTERM now and then).
+    calls: list[str] = []
+    stopped, watchdog_fired = threading.Event(), threading.Event()
+    stop = threading.Event()
+
+    def watchdog() -> None:  # ends a wait the signal failed to end, so that the test fails rather than hangs
+        if not stopped.wait(10):
+            watchdog_fired.set()
+            stop.set()
+
+    main = threading.get_ident()
+
+    lines, first = inspect.getsourcelines(threading.Condition.wait)
+    acquires = [first + i for i, line in enumerate(lines) if "gotit = waiter.acquire(" in line or
+                line.strip() == "waiter.acquire()"][1:]  # the blocking ones, not the first that takes it
+
+    def blocked_in_wait() -> bool:  # the main thread is at a blocking lock acquire under stop.wait
+        frame = sys._current_frames().get(main)
+        return frame is not None and frame.f_code is threading.Condition.wait.__code__ \
+            and frame.f_lineno in acquires
+
+    def component_thread() -> None:
+        seen = 0  # the line is set before the acquire's futex call: seen at five polls 20 ms apart, it is in it
+        while seen < 5:
+            if stopped.is_set():
+                return
+            seen = seen + 1 if blocked_in_wait() else 0
+            stopped.wait(0.02)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # delivered to this thread only
+
+    def on_started() -> None:
+        threading.Thread(target=component_thread, daemon=True).start()
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=watchdog, daemon=True).start()
+    try:
+        Server([Recorder("listener", calls)]).run_until_signalled(stop, on_started=on_started)
+    finally:
+        stopped.set()
+    assert not watchdog_fired.is_set() and stop.is_set()
+    assert calls == ["start listener", "stop listener"]
+    assert signal.getsignal(signal.SIGTERM) == before  # the server's handler was taken down again
 
 
 def test_one_server_per_data_directory(tmp_path: Path) -> None:
