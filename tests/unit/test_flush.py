@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 
 import pytest
 
@@ -58,3 +61,24 @@ def test_the_flush_threads_are_kept_between_calls_not_started_per_log() -> None:
         flush_logs([ThreadRecordingLog(threads) for _ in range(3)])
     others = {id(thread) for thread in threads if thread is not threading.current_thread()}
     assert len(threads) == 60 and len(others) <= 8  # the same few pool threads again, not 40 of their own
+
+
+def test_a_forked_child_flushes_with_a_pool_of_its_own() -> None:
+    # The child of a fork has none of its parent's threads: had it kept the parent's pool, its flushes would
+    # wait forever for threads that do not exist in it.
+    flush_logs([ThreadRecordingLog([]) for _ in range(3)])  # the pool and its threads exist in this process
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's outcome is its exit code
+        threads: list[threading.Thread] = []
+        try:
+            flush_logs([ThreadRecordingLog(threads) for _ in range(3)])
+        finally:
+            os._exit(0 if len(threads) == 3 else 1)
+    deadline = time.monotonic() + 30
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if status[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child's flush did not return within 30 s")
+    assert os.waitstatus_to_exitcode(status[1]) == 0
