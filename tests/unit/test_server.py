@@ -91,11 +91,13 @@ def test_a_signal_taken_by_another_thread_still_stops_the_server() -> None:
 
     def component_thread() -> None:
         seen = 0  # the line is set before the acquire's futex call: seen at five polls 20 ms apart, it is in it
-        while seen < 5:
-            if stopped.is_set():
-                return
+        while not stopped.is_set():
             seen = seen + 1 if blocked_in_wait() else 0
+            if seen == 5:
+                break
             stopped.wait(0.02)
+        else:
+            return  # the server stopped without the signal (the watchdog): sending it now would end pytest
         signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # delivered to this thread only
 
     def on_started() -> None:
