@@ -4,8 +4,10 @@ waits, the responses go out in the order of the requests, and shutdown does not 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -114,3 +116,16 @@ def test_shutdown_does_not_wait_for_a_response_still_pending() -> None:
         stopper.start()
         stopper.join(10)
     assert not stopper.is_alive(), "shutdown hung on a pending response"
+
+
+def test_without_uvloop_the_server_runs_on_asyncios_loop_and_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as where it is not installed: its import fails
+    with caplog.at_level(logging.INFO, logger="compactlog.network"):
+        loop = new_event_loop()
+    try:
+        assert isinstance(loop, asyncio.BaseEventLoop)  # asyncio's own (uvloop's Loop is not one)
+    finally:
+        loop.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "uvloop is not installed: the socket server runs on asyncio's event loop"]

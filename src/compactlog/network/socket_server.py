@@ -52,6 +52,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop  # imported by serve only: ``import compactlog`` does not load it
     except ImportError:
+        log.info("uvloop is not installed: the socket server runs on asyncio's event loop")
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
 
