@@ -125,10 +125,14 @@ class GroupCoordinator:
         for group_id in without_offsets:
             group = self.groups.get(group_id)
             if group is not None and group.state == GroupState.EMPTY and group.is_empty:  # nobody came meanwhile
-                self._deliver(group_id, group.mark_dead(now))
-                del self.groups[group_id]
-                self._logged_states.pop(group_id, None)
-                await self._run(self.manager.delete_group, group_id)
+                await self._forget(group, now)
+
+    async def _forget(self, group: GroupMetadata, now: int) -> None:
+        """The group is dead: its held responses answered, gone from memory, its metadata given a tombstone."""
+        self._deliver(group.group_id, group.mark_dead(now))
+        del self.groups[group.group_id]
+        self._logged_states.pop(group.group_id, None)
+        await self._run(self.manager.delete_group, group.group_id)
 
     async def expire(self, now: int) -> None:
         """Run every group's deadlines due at ``now`` and answer what they decide."""
@@ -307,10 +311,7 @@ class GroupCoordinator:
             elif not group.is_empty:
                 results[group_id] = NON_EMPTY_GROUP
             else:
-                self._deliver(group_id, group.mark_dead(self._clock()))
-                del self.groups[group_id]
-                self._logged_states.pop(group_id, None)
-                await self._run(self.manager.delete_group, group_id)
+                await self._forget(group, self._clock())
                 results[group_id] = NONE
         return results
 
