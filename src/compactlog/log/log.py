@@ -42,7 +42,7 @@ from ..record import CONTROL_COMMIT, SCHEMA, marker_arrays, marker_rows, produce
 from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
-from .directory import fsync_dir, live_segments
+from .directory import directory_stamp, fsync_dir, listing_stamp, segments_changed
 from .frame_encoder import encode_ahead
 from .producers import PRODUCER_COLUMNS, LogProducerState
 
@@ -74,6 +74,7 @@ class Log:
         self._pending_deletes: list[tuple[int, str]] = []
         self._lock_depth = 0
         self._producers = LogProducerState(directory)
+        self._listed: tuple[int, int] | None = None  # the directory's stamp when its segments were last listed
         self.recovered_bytes = 0
         with self.locked(refresh=False):
             self._sealed, self._active = self._open()
@@ -118,34 +119,37 @@ class Log:
         return sealed, active
 
     def _refresh(self) -> None:
-        """Catch up with changes made by other processes (called under the lock)."""
-        sealed, active = live_segments(self.directory)
-        known = {s.base_offset: s for s in self._sealed}
-        changed = set(sealed) != set(known)
-        if not changed:
-            for base, segment in known.items():
-                try:
-                    if os.stat(os.path.join(self.directory, sealed[base])).st_ino != segment.inode:
-                        changed = True
-                        break
-                except FileNotFoundError:
-                    changed = True
-                    break
-        current = self._active
-        base = current.base_offset
-        if not changed and max(active, default=-1) == base and base not in sealed:
-            growth = current.growth_on_disk()
-            if growth == 0:
-                return
-            if growth is not None:  # appends by another process: verify and take them in
-                before = current.next_offset
-                current.scan(truncate=not self.read_only)
-                for batch in current.read_batches(before):
-                    if batch.num_rows:
-                        self._apply_rows(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS))
-                return
+        """Catch up with changes made by other processes (called under the lock). The directory is listed
+        again only when its stamp changed since it was listed (a file created, renamed or removed: a roll, a
+        swap, retention); an append by another process only grows the active file."""
+        if self._listed is not None and directory_stamp(self.directory) == self._listed:
+            self._take_in_growth()
+            return
+        listed = listing_stamp(self.directory)
+        if not segments_changed(self.directory, {s.base_offset: s.inode for s in self._sealed},
+                                self._active.base_offset):
+            self._listed = listed
+            self._take_in_growth()
+            return
         # Rolled, swapped, retention-deleted or replaced (a topic deleted and created again) elsewhere.
         self._sealed, self._active = self._open()
+        self._listed = listed
+
+    def _take_in_growth(self) -> None:
+        """Take in the frames other processes appended to the active segment since this log last looked."""
+        current = self._active
+        growth = current.growth_on_disk()
+        if growth == 0:
+            return
+        if growth is None:  # cut short or replaced elsewhere (an undone append): load the directory again
+            self._listed = listing_stamp(self.directory)
+            self._sealed, self._active = self._open()
+            return
+        before = current.next_offset  # verified as they are scanned
+        current.scan(truncate=not self.read_only)
+        for batch in current.read_batches(before):
+            if batch.num_rows:
+                self._apply_rows(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS))
 
     def _apply_rows(self, rows: pa.Table) -> None:
         self._producers.apply(rows, self._active.base_offset)
