@@ -110,6 +110,7 @@ class Store:
             remove_stale_tmp(os.path.join(self.data_dir, TOPICS_DIR))
             finish_pending_deletions(self.data_dir, os.path.join(self.data_dir, TOPICS_DIR), self.checkpoint)
         self._topics: dict[str, TopicMetadata] = {}
+        self._topics_dir = os.path.join(self.data_dir, TOPICS_DIR)
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         # Threads share a store (serve's broker threads and cleaner): one Log per partition, opened under
@@ -151,7 +152,9 @@ class Store:
     # -- topics ------------------------------------------------------------------------------------------
 
     def _meta_path(self, topic: str) -> str:
-        return os.path.join(self.data_dir, TOPICS_DIR, f"{topic}.json")
+        # A checked topic name (validate_topic_name) needs none of os.path.join's handling, which costs more
+        # than the stat that follows on every metadata look.
+        return f"{self._topics_dir}{os.sep}{topic}.json"
 
     def _meta(self, topic: str) -> TopicMetadata:
         self._check_open()
