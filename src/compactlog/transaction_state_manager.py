@@ -44,7 +44,7 @@ import os
 import re
 import uuid
 import zlib
-from dataclasses import replace
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from .data_dir import exclusive_lock
@@ -87,9 +87,12 @@ def legacy_file_name(transactional_id: str) -> str:
     return name if len(name) <= _NAME_MAX else _hashed(transactional_id) + LEGACY_SUFFIX
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps with options builds an encoder per call
+
+
 def state_record(meta: TransactionMetadata) -> bytes:
     """One line of a state log for ``meta``."""
-    text = json.dumps(meta.to_json(), separators=(",", ":")).encode()
+    text = _ENCODER.encode(meta.to_json()).encode()
     return b"%08x %s\n" % (zlib.crc32(text), text)
 
 
@@ -145,8 +148,11 @@ def read_transaction_state(path: str) -> TransactionMetadata:
 
 
 def copy_metadata(meta: TransactionMetadata) -> TransactionMetadata:
-    """A copy whose lists can be changed without changing ``meta``."""
-    return replace(meta, partitions=list(meta.partitions), prepared=list(meta.prepared), ongoing=list(meta.ongoing))
+    """A copy whose lists can be changed without changing ``meta`` (every field named: ``dataclasses.replace``
+    costs several times as much, and a state is copied at every load and save)."""
+    return TransactionMetadata(meta.transactional_id, meta.producer_id, meta.epoch, list(meta.partitions),
+                               meta.state, list(meta.prepared), meta.timeout_ms, meta.txn_start_ms,
+                               list(meta.ongoing), meta.last_epoch)
 
 
 class _FileId(NamedTuple):
@@ -172,11 +178,21 @@ class TransactionStateManager:
         self.directory = directory
         self._cache: dict[str, _Cached] = {}
         self._paths: dict[str, str] = {}  # transactional id -> its state log (escaping is a regex pass)
+        # The state logs whose cached state was checked against the file (or written) during the current
+        # hold of the lock: no writer can change them before it ends (every writer holds the lock; each
+        # hold opens the lock file anew, so the threads of this process exclude each other too).
+        self._checked: set[str] = set()
         os.makedirs(directory, exist_ok=True)
 
-    def locked(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
         """The directory's ``flock``: every write holds it (this process's threads and other processes)."""
-        return exclusive_lock(os.path.join(self.directory, ".lock"))
+        with exclusive_lock(os.path.join(self.directory, ".lock")):
+            self._checked.clear()  # what an earlier hold (or a write without the lock, in tests) checked
+            try:
+                yield
+            finally:
+                self._checked.clear()
 
     def remove_killed_writes(self) -> None:
         """Remove the ``.tmp`` files of writes killed before their rename (called under the lock, where a
@@ -207,14 +223,19 @@ class TransactionStateManager:
         return cached.meta if cached is not None else None
 
     def _lookup(self, transactional_id: str, fill: bool) -> _Cached | None:
+        """``fill``: under the lock (the state found is cached, and trusted until the hold ends)."""
         path = self.path(transactional_id)
         cached = self._cache.get(path)
+        if fill and cached is not None and path in self._checked:
+            return cached
         try:
             st = os.stat(path)
         except FileNotFoundError:
             self._cache.pop(path, None)
             return self._legacy(transactional_id)
         if cached is not None and cached.file == _file_id(st):
+            if fill:
+                self._checked.add(path)
             return cached
         try:
             with open(path, "rb") as f:
@@ -228,6 +249,7 @@ class TransactionStateManager:
         found = _Cached(file, meta, whole_lines)
         if fill:
             self._cache[path] = found
+            self._checked.add(path)
         return found
 
     def _legacy(self, transactional_id: str) -> _Cached | None:
@@ -282,6 +304,7 @@ class TransactionStateManager:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.directory, legacy_file_name(meta.transactional_id)))
         self._cache[path] = _Cached(file, copy_metadata(meta), True)
+        self._checked.add(path)
         if file.size > COMPACT_BYTES:
             self._compact(path, meta)
 
@@ -296,6 +319,7 @@ class TransactionStateManager:
         os.replace(tmp, path)
         fsync_path(self.directory)
         self._cache[path] = _Cached(file, copy_metadata(meta), True)
+        self._checked.add(path)
 
     def write_whole(self, name: str, text: str, sync: bool = True) -> None:
         """Replace ``name`` whole (a temporary file renamed over it; ``producer-ids``). With ``sync`` the new

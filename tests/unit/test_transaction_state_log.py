@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pyarrow as pa
@@ -144,3 +145,27 @@ def test_a_crash_between_the_commit_decision_and_the_markers_is_completed_by_the
         assert [r.value for r in restarted.read("out", partition, isolation_level="read_committed")] == [b"v"]
         assert restarted.log("out", partition).aborted_transactions(0) == []
     restarted.close()
+
+
+def test_a_copied_state_has_every_field_and_lists_of_its_own() -> None:
+    meta = TransactionMetadata("app", 7, 3, [("out", 0)], ONGOING, [("out", 1)], 5_000, 1234, [("out", 0)], 2)
+    assert all(getattr(meta, f.name) != f.default for f in fields(TransactionMetadata)
+               if f.default is not MISSING)  # none left at its default: a field the copy missed would show
+    copy = transaction_state_manager.copy_metadata(meta)
+    assert copy == meta
+    copy.partitions.append(("out", 2))
+    copy.prepared.clear()
+    copy.ongoing.append(("out", 3))
+    assert (meta.partitions, meta.prepared, meta.ongoing) == ([("out", 0)], [("out", 1)], [("out", 0)])
+
+
+def test_a_state_checked_in_one_hold_of_the_lock_is_checked_again_in_the_next(tmp_path: Path) -> None:
+    ours, theirs = open_store(tmp_path), open_store(tmp_path)  # two coordinators, one directory
+    pid, epoch = ours.transactions.init_producer("app", 60_000)
+    with ours.transactions.state.locked():
+        assert ours.transactions.state.load("app") is not None  # checked against the file: trusted until the end
+    theirs.transactions.init_producer("app", 60_000)  # between our holds: fences ours
+    with pytest.raises(ProducerFencedError):
+        ours.transactions.verify("app", pid, epoch)
+    ours.close()
+    theirs.close()
