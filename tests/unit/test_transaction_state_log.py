@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import compactlog
 from compactlog import transaction_state_manager
@@ -169,3 +171,20 @@ def test_a_state_checked_in_one_hold_of_the_lock_is_checked_again_in_the_next(tm
         ours.transactions.verify("app", pid, epoch)
     ours.close()
     theirs.close()
+
+
+_TEXT = st.text(max_size=12)
+_PARTITIONS = st.lists(st.tuples(_TEXT, st.integers(0, 2**31 - 1)), max_size=5)
+_INTS = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.builds(TransactionMetadata, _TEXT, _INTS, st.integers(-1, 32767), _PARTITIONS, _TEXT, _PARTITIONS,
+                 _INTS, st.none() | _INTS, _PARTITIONS, st.integers(-1, 32767)))
+def test_a_state_line_holds_the_json_of_the_state(meta: TransactionMetadata) -> None:
+    expected = json.dumps(meta.to_json(), separators=(",", ":"))
+    assert transaction_state_manager.state_json(meta) == expected
+    assert transaction_state_manager.state_json(meta) == expected  # again, from the kept fragments
+    record = transaction_state_manager.state_record(meta)
+    assert record.endswith(expected.encode() + b"\n")
+    assert parse_state_log(record, "x")[0] == meta

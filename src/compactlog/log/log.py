@@ -253,11 +253,13 @@ class Log:
                                         f"{first_offset} failed and is not acknowledged: {e}") from e
             return first_offset, now
 
-    def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch) -> None:
+    def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
+                      controls: int | None = None) -> None:
         """Write one encoded frame to the active segment (the I/O fault point before, the crash point after:
-        every append's and every marker's frames pass here)."""
+        every append's and every marker's frames pass here; ``batch`` and ``controls``: as
+        :meth:`ActiveSegment.append_encoded` takes them)."""
         io_fault("log.frame-write")
-        self._active.append_encoded(header, payload, batch)
+        self._active.append_encoded(header, payload, batch, controls)
         fault_point("log.frame-appended")
 
     def _undo_append(self, active: ActiveSegment, size: int) -> None:
@@ -304,8 +306,8 @@ class Log:
                 if roll_first:
                     self._roll()
                 offset = self._active.next_offset
-                header, payload, batch = marker_frame(producer_id, epoch, control_type, now, offset)
-                self._append_frame(header, payload, batch)
+                header, payload = marker_frame(producer_id, epoch, control_type, now, offset)
+                self._append_frame(header, payload, None, controls=1)  # a marker is one control row
                 self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
                 if flush:
                     sync_and_close(self._active.open_for_sync())

@@ -91,11 +91,11 @@ _TEMPLATE = _build_template()
 
 
 def marker_frame(producer_id: int, epoch: int, control_type: int, timestamp: int,
-                 offset: int) -> tuple[bytes, pa.Buffer, pa.RecordBatch]:
-    """The header and payload of the frame of one marker at ``offset``, and its stored columns as a batch
-    (the payload decoded, without a copy): what :func:`encode_stored` gives for the marker's batch."""
+                 offset: int) -> tuple[bytes, pa.Buffer]:
+    """The header and payload of the frame of one marker at ``offset``: what :func:`encode_stored` gives for
+    the marker's batch."""
     if _TEMPLATE is None:
-        return _general(producer_id, epoch, control_type, timestamp, offset)
+        header, payload, _ = _general(producer_id, epoch, control_type, timestamp, offset)
+        return header, payload
     header, payload = _encode(_TEMPLATE, offset, timestamp, producer_id, epoch, control_type)
-    buffer = pa.py_buffer(payload)
-    return header, buffer, pa.ipc.read_record_batch(buffer, _SCHEMA)
+    return header, pa.py_buffer(payload)
