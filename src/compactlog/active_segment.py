@@ -316,8 +316,8 @@ class ActiveSegment:
         if controls is not None:
             self.control_count += controls
         elif batch is not None and not frame.omitted & _CONTROL_BIT:
-            controls = to_numpy(batch.column(batch.schema.get_field_index("control_type")))
-            self.control_count += int(np.count_nonzero(controls != CONTROL_NONE))
+            types = to_numpy(batch.column(batch.schema.get_field_index("control_type")))
+            self.control_count += int(np.count_nonzero(types != CONTROL_NONE))
         self.max_timestamp = max(self.max_timestamp, frame.max_timestamp)
 
     def append(self, batch: pa.RecordBatch) -> None:
