@@ -30,8 +30,10 @@ Cache: every write goes through this object under the ``.transactions/.lock`` ``
 producers in other processes take too. Each cached state is kept with the identity of the file it came
 from (inode, size, modification time): appends only grow a file and a compaction replaces it (a new
 inode), so a stat that gives the same identity means no other process changed the id since; any other
-answer reads the file again. A lock-free reader (:meth:`TransactionStateManager.peek`) uses the cache the
-same way and never fills it.
+answer reads the file again. Within one hold of the lock a state checked so (or written) stays checked: no
+other writer can change its file before the hold ends, so a change (load, then save) stats the file once.
+A lock-free reader (:meth:`TransactionStateManager.peek`) uses the cache the same way, stats at every call
+and never fills it.
 """
 
 from __future__ import annotations

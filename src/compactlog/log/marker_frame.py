@@ -41,14 +41,18 @@ _SCHEMA, _KEPT = stored_columns(MARKER_OMITTED)
 # omitted mask, reserved 0, row count 1, base and last offset, first and max timestamp.
 _LENGTH_CRC = struct.Struct("<II")
 _COVERED = struct.Struct("<HHIqqqq")
-# (column name, struct code) of each value written into the template, in the order marker_frame takes them.
-_VALUES = (("offset", "<q"), ("timestamp", "<q"), ("producer_id", "<q"), ("producer_epoch", "<h"),
-           ("control_type", "<b"))
+_I64, _I16, _I8 = struct.Struct("<q"), struct.Struct("<h"), struct.Struct("<b")
 
 
 class _Template(NamedTuple):
+    """A marker's payload and where each of its five values lies in it (the column's data buffer)."""
+
     payload: bytes
-    places: tuple[tuple[int, struct.Struct], ...]  # where each of the five values goes, packed how
+    offset: int
+    timestamp: int
+    producer_id: int
+    epoch: int
+    control_type: int
 
 
 def _general(producer_id: int, epoch: int, control_type: int, timestamp: int,
@@ -65,9 +69,9 @@ def _build_template() -> _Template | None:
     _, payload, _ = _general(0, 0, CONTROL_COMMIT, 0, 0)
     buffer = pa.py_buffer(payload.to_pybytes())
     decoded = pa.ipc.read_record_batch(buffer, _SCHEMA)
-    places = tuple((decoded.column(_SCHEMA.get_field_index(name)).buffers()[1].address - buffer.address,
-                    struct.Struct(code)) for name, code in _VALUES)
-    template = _Template(buffer.to_pybytes(), places)
+    template = _Template(buffer.to_pybytes(), *(
+        decoded.column(_SCHEMA.get_field_index(name)).buffers()[1].address - buffer.address
+        for name in ("offset", "timestamp", "producer_id", "producer_epoch", "control_type")))
     sample = (0x0102030405060708, -0x1112131415161718, 0x2122232425262728, 0x3132, CONTROL_ABORT)
     expected_header, expected_payload, _ = _general(sample[2], sample[3], sample[4], sample[1], sample[0])
     header, payload = _encode(template, *sample)
@@ -79,9 +83,11 @@ def _build_template() -> _Template | None:
 def _encode(template: _Template, offset: int, timestamp: int, producer_id: int, epoch: int,
             control_type: int) -> tuple[bytes, bytearray]:
     payload = bytearray(template.payload)
-    for (place, code), value in zip(template.places, (offset, timestamp, producer_id, epoch, control_type),
-                                    strict=True):
-        code.pack_into(payload, place, value)
+    _I64.pack_into(payload, template.offset, offset)
+    _I64.pack_into(payload, template.timestamp, timestamp)
+    _I64.pack_into(payload, template.producer_id, producer_id)
+    _I16.pack_into(payload, template.epoch, epoch)
+    _I8.pack_into(payload, template.control_type, control_type)
     covered = _COVERED.pack(MARKER_OMITTED, 0, 1, offset, offset, timestamp, timestamp)
     crc = zlib.crc32(payload, zlib.crc32(covered))
     return FRAME_MAGIC + _LENGTH_CRC.pack(len(payload), crc) + covered, payload
