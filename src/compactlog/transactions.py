@@ -377,11 +377,8 @@ class TransactionCoordinator:
                     log = self.store.log(topic, partition)
                 except UnknownTopicOrPartitionError:
                     continue  # the topic was deleted while the transaction was open: nothing left to mark
-                with log.locked():  # one catching up with the partition's directory for the check and the marker
-                    if log.open_transaction(meta.producer_id) is None:
-                        continue  # already ended there (a completed commit being finished again)
-                    log.append_marker(meta.producer_id, epoch, control_type, flush=False)
-                written.append(log)
+                if log.append_marker_if_open(meta.producer_id, epoch, control_type):  # else ended there already
+                    written.append(log)
         finally:  # the markers written before a failure are made durable too, as each was when fsynced alone
             flush_logs(written)
         if written:

@@ -128,10 +128,10 @@ def test_a_crash_between_the_commit_decision_and_the_markers_is_completed_by_the
     for partition in (0, 1):
         store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
 
-    def die(*args: object, **kwargs: object) -> int:
+    def die(*args: object, **kwargs: object) -> bool:
         raise OSError("the process died here")
 
-    monkeypatch.setattr(Log, "append_marker", die)
+    monkeypatch.setattr(Log, "append_marker_if_open", die)
     with pytest.raises(OSError):
         coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
     monkeypatch.undo()

@@ -311,15 +311,15 @@ def test_a_commit_cut_short_between_markers_is_completed_not_aborted(tmp_path: P
     producer.send("orders", key=b"b", value=b"2", partition=1)
     producer.flush()
     written: list[int] = []
-    real = Log.append_marker
+    real = Log.append_marker_if_open
 
-    def dying(log: Log, *args: object, **kwargs: object) -> int:
+    def dying(log: Log, *args: object, **kwargs: object) -> bool:
         if written:
             raise Crash()
         written.append(log.partition)
         return real(log, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Log, "append_marker", dying)
+    monkeypatch.setattr(Log, "append_marker_if_open", dying)
     with pytest.raises(Crash):
         producer.commit_transaction()
     monkeypatch.undo()

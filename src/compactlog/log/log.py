@@ -296,26 +296,40 @@ class Log:
         updated from the values rather than read back. Same frame bytes, same crash behaviour: the frame is
         one write, all or nothing, and an I/O error cuts it as :meth:`_undo_append` does."""
         with self.locked():
-            self._producers.manager.check_epoch(producer_id, epoch)
-            now = self._clock()
-            config = self._config()
-            roll_first = should_roll(SegmentStats.from_meta(self._active.meta()), MARKER_FRAME_BYTES, now,
-                                     segment_bytes=config.segment_bytes, roll_ms=config.roll_ms)
-            active, size = self._active, self._active.size
-            try:
-                if roll_first:
-                    self._roll()
-                offset = self._active.next_offset
-                header, payload = marker_frame(producer_id, epoch, control_type, now, offset)
-                self._append_frame(header, payload, None, controls=1)  # a marker is one control row
-                self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
-                if flush:
-                    sync_and_close(self._active.open_for_sync())
-            except OSError as e:
-                self._undo_append(active, size)
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: append of a transaction marker failed "
-                                        f"and is not acknowledged: {e}") from e
-            return offset
+            return self._append_marker(producer_id, epoch, control_type, flush)
+
+    def append_marker_if_open(self, producer_id: int, epoch: int, control_type: int) -> bool:
+        """:meth:`append_marker`, unflushed, when the producer has a transaction open here (one hold of the
+        lock for the check and the marker); False, with nothing written, when it has none (ended here
+        already: a completed commit being finished again)."""
+        with self.locked():
+            if self._producers.manager.open_transaction(producer_id) is None:
+                return False
+            self._append_marker(producer_id, epoch, control_type, flush=False)
+            return True
+
+    def _append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool) -> int:
+        """:meth:`append_marker` (the caller holds the lock)."""
+        self._producers.manager.check_epoch(producer_id, epoch)
+        now = self._clock()
+        config = self._config()
+        roll_first = should_roll(SegmentStats.from_meta(self._active.meta()), MARKER_FRAME_BYTES, now,
+                                 segment_bytes=config.segment_bytes, roll_ms=config.roll_ms)
+        active, size = self._active, self._active.size
+        try:
+            if roll_first:
+                self._roll()
+            offset = self._active.next_offset
+            header, payload = marker_frame(producer_id, epoch, control_type, now, offset)
+            self._append_frame(header, payload, None, controls=1)  # a marker is one control row
+            self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
+            if flush:
+                sync_and_close(self._active.open_for_sync())
+        except OSError as e:
+            self._undo_append(active, size)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: append of a transaction marker failed "
+                                    f"and is not acknowledged: {e}") from e
+        return offset
 
     # -- producer state and transactions -------------------------------------------------------------------
 
