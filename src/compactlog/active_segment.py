@@ -306,15 +306,18 @@ class ActiveSegment:
                 f"{self.path}: invalid frame at byte {self.size} (after offset {self.next_offset - 1}) followed "
                 f"by a valid frame at byte {self.size + found}; not truncating")
 
-    def _add_frame(self, frame: FrameInfo, batch: pa.RecordBatch | None) -> None:
-        """Account for a frame; ``batch`` (its rows) is needed only when the frame stores control types."""
+    def _add_frame(self, frame: FrameInfo, batch: pa.RecordBatch | None, controls: int | None = None) -> None:
+        """Account for a frame; its control rows are ``controls`` when the caller knows how many, else
+        counted from ``batch`` (its rows; needed only when the frame stores control types)."""
         self.frames.append(frame)
         self._last_offsets.append(frame.last_offset)
         self.size = frame.position + frame.size
         self.record_count += frame.rows
-        if batch is not None and not frame.omitted & _CONTROL_BIT:
-            controls = to_numpy(batch.column(batch.schema.get_field_index("control_type")))
-            self.control_count += int(np.count_nonzero(controls != CONTROL_NONE))
+        if controls is not None:
+            self.control_count += controls
+        elif batch is not None and not frame.omitted & _CONTROL_BIT:
+            types = to_numpy(batch.column(batch.schema.get_field_index("control_type")))
+            self.control_count += int(np.count_nonzero(types != CONTROL_NONE))
         self.max_timestamp = max(self.max_timestamp, frame.max_timestamp)
 
     def append(self, batch: pa.RecordBatch) -> None:
@@ -322,9 +325,11 @@ class ActiveSegment:
         header, payload = frame_parts(batch)
         self.append_encoded(header, payload, batch)
 
-    def append_encoded(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None) -> None:
+    def append_encoded(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
+                       controls: int | None = None) -> None:
         """Append a frame encoded by :func:`encode_stored`; ``batch`` holds its rows (stored columns at
-        least), needed only when the frame stores control types. The caller holds the partition lock."""
+        least), needed only when the frame stores control types and ``controls`` (how many of its rows are
+        control rows) is not given. The caller holds the partition lock."""
         _, _, _, omitted, _, rows, base, last, first_ts, max_ts = _FRAME_HEADER.unpack(header)
         if base != self.next_offset:
             raise CorruptSegmentError(
@@ -338,7 +343,7 @@ class ActiveSegment:
         finally:
             os.close(fd)
         frame = FrameInfo(position, len(header) + payload.size, base, last, first_ts, max_ts, omitted, rows)
-        self._add_frame(frame, batch)
+        self._add_frame(frame, batch, controls)
 
     def flush(self) -> None:
         fd = self.open_for_sync()

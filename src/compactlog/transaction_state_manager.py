@@ -30,8 +30,10 @@ Cache: every write goes through this object under the ``.transactions/.lock`` ``
 producers in other processes take too. Each cached state is kept with the identity of the file it came
 from (inode, size, modification time): appends only grow a file and a compaction replaces it (a new
 inode), so a stat that gives the same identity means no other process changed the id since; any other
-answer reads the file again. A lock-free reader (:meth:`TransactionStateManager.peek`) uses the cache the
-same way and never fills it.
+answer reads the file again. Within one hold of the lock a state checked so (or written) stays checked: no
+other writer can change its file before the hold ends, so a change (load, then save) stats the file once.
+A lock-free reader (:meth:`TransactionStateManager.peek`) uses the cache the same way, stats at every call
+and never fills it.
 """
 
 from __future__ import annotations
@@ -44,13 +46,13 @@ import os
 import re
 import uuid
 import zlib
-from dataclasses import replace
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from .data_dir import exclusive_lock
 from .errors import CorruptTransactionStateError
 from .segment import fsync_path
-from .transaction_transitions import TransactionMetadata
+from .transaction_transitions import TopicPartition, TransactionMetadata
 
 __all__ = ["COMPACT_BYTES", "STATE_SUFFIX", "TransactionStateManager", "file_stem", "legacy_file_name",
            "parse_state_log", "read_transaction_state", "state_record"]
@@ -87,9 +89,38 @@ def legacy_file_name(transactional_id: str) -> str:
     return name if len(name) <= _NAME_MAX else _hashed(transactional_id) + LEGACY_SUFFIX
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps with options builds an encoder per call
+_FRAGMENTS_MAX = 4096
+_fragments: dict[object, str] = {}  # a string or a partition list (as a tuple) -> its JSON text
+
+
+def _fragment(value: str | tuple[TopicPartition, ...]) -> str:
+    """``value``'s JSON text (as ``_ENCODER`` writes it), kept: a state's id, state name and partition lists
+    repeat from one line to the next."""
+    text = _fragments.get(value)
+    if text is None:
+        text = _ENCODER.encode(value if isinstance(value, str) else [list(p) for p in value])
+        if len(_fragments) >= _FRAGMENTS_MAX:
+            _fragments.clear()
+        _fragments[value] = text
+    return text
+
+
+def state_json(meta: TransactionMetadata) -> str:
+    """``meta.to_json()`` as ``_ENCODER`` writes it (the same text: tests check it), put together from kept
+    fragments: encoding the whole object costs several times as much, and a transaction writes three
+    lines. Integers are written as JSON writes them (``int.__repr__``)."""
+    start = "null" if meta.txn_start_ms is None else int(meta.txn_start_ms)
+    return (f'{{"transactional_id":{_fragment(meta.transactional_id)},"producer_id":{int(meta.producer_id)},'
+            f'"epoch":{int(meta.epoch)},"partitions":{_fragment(tuple(meta.partitions))},'
+            f'"state":{_fragment(meta.state)},"prepared":{_fragment(tuple(meta.prepared))},'
+            f'"timeout_ms":{int(meta.timeout_ms)},"txn_start_ms":{start},'
+            f'"ongoing":{_fragment(tuple(meta.ongoing))},"last_epoch":{int(meta.last_epoch)}}}')
+
+
 def state_record(meta: TransactionMetadata) -> bytes:
     """One line of a state log for ``meta``."""
-    text = json.dumps(meta.to_json(), separators=(",", ":")).encode()
+    text = state_json(meta).encode()
     return b"%08x %s\n" % (zlib.crc32(text), text)
 
 
@@ -145,8 +176,11 @@ def read_transaction_state(path: str) -> TransactionMetadata:
 
 
 def copy_metadata(meta: TransactionMetadata) -> TransactionMetadata:
-    """A copy whose lists can be changed without changing ``meta``."""
-    return replace(meta, partitions=list(meta.partitions), prepared=list(meta.prepared), ongoing=list(meta.ongoing))
+    """A copy whose lists can be changed without changing ``meta`` (every field named: ``dataclasses.replace``
+    costs several times as much, and a state is copied at every load and save)."""
+    return TransactionMetadata(meta.transactional_id, meta.producer_id, meta.epoch, list(meta.partitions),
+                               meta.state, list(meta.prepared), meta.timeout_ms, meta.txn_start_ms,
+                               list(meta.ongoing), meta.last_epoch)
 
 
 class _FileId(NamedTuple):
@@ -172,11 +206,21 @@ class TransactionStateManager:
         self.directory = directory
         self._cache: dict[str, _Cached] = {}
         self._paths: dict[str, str] = {}  # transactional id -> its state log (escaping is a regex pass)
+        # The state logs whose cached state was checked against the file (or written) during the current
+        # hold of the lock: no writer can change them before it ends (every writer holds the lock; each
+        # hold opens the lock file anew, so the threads of this process exclude each other too).
+        self._checked: set[str] = set()
         os.makedirs(directory, exist_ok=True)
 
-    def locked(self) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
         """The directory's ``flock``: every write holds it (this process's threads and other processes)."""
-        return exclusive_lock(os.path.join(self.directory, ".lock"))
+        with exclusive_lock(os.path.join(self.directory, ".lock")):
+            self._checked.clear()  # what an earlier hold (or a write without the lock, in tests) checked
+            try:
+                yield
+            finally:
+                self._checked.clear()
 
     def remove_killed_writes(self) -> None:
         """Remove the ``.tmp`` files of writes killed before their rename (called under the lock, where a
@@ -207,14 +251,19 @@ class TransactionStateManager:
         return cached.meta if cached is not None else None
 
     def _lookup(self, transactional_id: str, fill: bool) -> _Cached | None:
+        """``fill``: under the lock (the state found is cached, and trusted until the hold ends)."""
         path = self.path(transactional_id)
         cached = self._cache.get(path)
+        if fill and cached is not None and path in self._checked:
+            return cached
         try:
             st = os.stat(path)
         except FileNotFoundError:
             self._cache.pop(path, None)
             return self._legacy(transactional_id)
         if cached is not None and cached.file == _file_id(st):
+            if fill:
+                self._checked.add(path)
             return cached
         try:
             with open(path, "rb") as f:
@@ -228,6 +277,7 @@ class TransactionStateManager:
         found = _Cached(file, meta, whole_lines)
         if fill:
             self._cache[path] = found
+            self._checked.add(path)
         return found
 
     def _legacy(self, transactional_id: str) -> _Cached | None:
@@ -282,6 +332,7 @@ class TransactionStateManager:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.directory, legacy_file_name(meta.transactional_id)))
         self._cache[path] = _Cached(file, copy_metadata(meta), True)
+        self._checked.add(path)
         if file.size > COMPACT_BYTES:
             self._compact(path, meta)
 
@@ -296,6 +347,7 @@ class TransactionStateManager:
         os.replace(tmp, path)
         fsync_path(self.directory)
         self._cache[path] = _Cached(file, copy_metadata(meta), True)
+        self._checked.add(path)
 
     def write_whole(self, name: str, text: str, sync: bool = True) -> None:
         """Replace ``name`` whole (a temporary file renamed over it; ``producer-ids``). With ``sync`` the new

@@ -70,6 +70,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .flush import flush_logs
+from .record import CONTROL_ABORT, CONTROL_COMMIT
 from .transaction_state_manager import TransactionStateManager, read_transaction_state
 from .transaction_transitions import (
     COMPLETE_ABORT,
@@ -137,8 +138,7 @@ class CoordinatedStore(Protocol):
 
     def log(self, topic: str, partition: int) -> Log: ...
 
-    def write_marker(self, topic: str, partition: int, producer_id: int, epoch: int, commit: bool,
-                     flush: bool = True) -> int: ...
+    def check_writable(self, doing: str) -> None: ...
 
 
 class TransactionCoordinator:
@@ -368,17 +368,17 @@ class TransactionCoordinator:
         # partitions is PrepareCommit (fsynced before the first marker) and is completed; a one-partition
         # commit or an abort, never answered, leaves an open transaction that the expiry aborts.
         written: list[Log] = []
+        control_type = CONTROL_COMMIT if commit else CONTROL_ABORT
+        if partitions:
+            self.store.check_writable("write transaction markers")
         try:
             for topic, partition in partitions:
                 try:
                     log = self.store.log(topic, partition)
                 except UnknownTopicOrPartitionError:
                     continue  # the topic was deleted while the transaction was open: nothing left to mark
-                with log.locked():  # one catching up with the partition's directory for the check and the marker
-                    if log.open_transaction(meta.producer_id) is None:
-                        continue  # already ended there (a completed commit being finished again)
-                    self.store.write_marker(topic, partition, meta.producer_id, epoch, commit, flush=False)
-                written.append(log)
+                if log.append_marker_if_open(meta.producer_id, epoch, control_type):  # else ended there already
+                    written.append(log)
         finally:  # the markers written before a failure are made durable too, as each was when fsynced alone
             flush_logs(written)
         if written:

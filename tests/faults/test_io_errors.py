@@ -182,7 +182,8 @@ def test_a_frame_torn_by_an_io_error_is_cut_and_the_next_append_follows_it(
     path = Path(store.data_dir) / "t-0" / segment_name(0, ".log")
     size = path.stat().st_size
 
-    def torn(self: ActiveSegment, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None) -> None:
+    def torn(self: ActiveSegment, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
+             controls: int | None = None) -> None:
         with open(self.path, "ab") as f:
             f.write(header)  # the header reaches the file, the payload does not
         raise OSError(errno.EIO, "Input/output error")

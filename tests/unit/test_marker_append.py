@@ -69,3 +69,17 @@ def test_the_marker_path_writes_what_the_general_append_writes(
     assert fast_picture["0 lso"] == 9  # the last transaction is still open
     if segment_bytes < 1 << 20:
         assert len(fast_picture["0 segments"]) > 2  # the roll decisions were exercised  # type: ignore[arg-type]
+
+
+def test_a_marker_if_open_is_written_only_where_the_producer_has_a_transaction_open(tmp_path: Path) -> None:
+    store = compactlog.open(str(tmp_path), clock=FakeClock())
+    store.create_topic("out", 1, {"cleanup.policy": "delete"})
+    log = store.log("out", 0)
+    assert not log.append_marker_if_open(7, 0, CONTROL_COMMIT)  # none open: nothing written
+    assert log.log_end_offset == 0
+    store.append("out", 0, ROWS, producer_id=7, producer_epoch=0, transactional=True)
+    assert log.append_marker_if_open(7, 0, CONTROL_COMMIT)
+    assert log.log_end_offset == 3 and log.last_stable_offset == 3
+    assert not log.append_marker_if_open(7, 0, CONTROL_COMMIT)  # ended here already: no second marker
+    assert log.log_end_offset == 3
+    store.close()

@@ -57,13 +57,13 @@ def test_the_commit_decision_is_appended_and_fdatasynced_before_any_marker(
         store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
     events: list[str] = []
     record_state_writes(monkeypatch, events)
-    append_marker = Log.append_marker
+    append_marker = Log.append_marker_if_open
 
-    def recorded_marker(log: Log, *args: Any, **kwargs: Any) -> int:
+    def recorded_marker(log: Log, *args: Any, **kwargs: Any) -> bool:
         events.append("marker")
         return append_marker(log, *args, **kwargs)
 
-    monkeypatch.setattr(Log, "append_marker", recorded_marker)
+    monkeypatch.setattr(Log, "append_marker_if_open", recorded_marker)
     coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
     assert events[:4] == ["appended PrepareCommit", "fdatasynced", "marker", "marker"]
     # the state after the markers is not fsynced: the markers are durable, and a lost Complete state only

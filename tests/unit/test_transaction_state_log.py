@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import compactlog
 from compactlog import transaction_state_manager
@@ -125,10 +128,10 @@ def test_a_crash_between_the_commit_decision_and_the_markers_is_completed_by_the
     for partition in (0, 1):
         store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
 
-    def die(*args: object, **kwargs: object) -> int:
+    def die(*args: object, **kwargs: object) -> bool:
         raise OSError("the process died here")
 
-    monkeypatch.setattr(Log, "append_marker", die)
+    monkeypatch.setattr(Log, "append_marker_if_open", die)
     with pytest.raises(OSError):
         coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
     monkeypatch.undo()
@@ -144,3 +147,44 @@ def test_a_crash_between_the_commit_decision_and_the_markers_is_completed_by_the
         assert [r.value for r in restarted.read("out", partition, isolation_level="read_committed")] == [b"v"]
         assert restarted.log("out", partition).aborted_transactions(0) == []
     restarted.close()
+
+
+def test_a_copied_state_has_every_field_and_lists_of_its_own() -> None:
+    meta = TransactionMetadata("app", 7, 3, [("out", 0)], ONGOING, [("out", 1)], 5_000, 1234, [("out", 0)], 2)
+    assert all(getattr(meta, f.name) != f.default for f in fields(TransactionMetadata)
+               if f.default is not MISSING)  # none left at its default: a field the copy missed would show
+    copy = transaction_state_manager.copy_metadata(meta)
+    assert copy == meta
+    copy.partitions.append(("out", 2))
+    copy.prepared.clear()
+    copy.ongoing.append(("out", 3))
+    assert (meta.partitions, meta.prepared, meta.ongoing) == ([("out", 0)], [("out", 1)], [("out", 0)])
+
+
+def test_a_state_checked_in_one_hold_of_the_lock_is_checked_again_in_the_next(tmp_path: Path) -> None:
+    ours, theirs = open_store(tmp_path), open_store(tmp_path)  # two coordinators, one directory
+    pid, epoch = ours.transactions.init_producer("app", 60_000)
+    with ours.transactions.state.locked():
+        assert ours.transactions.state.load("app") is not None  # checked against the file: trusted until the end
+    theirs.transactions.init_producer("app", 60_000)  # between our holds: fences ours
+    with pytest.raises(ProducerFencedError):
+        ours.transactions.verify("app", pid, epoch)
+    ours.close()
+    theirs.close()
+
+
+_TEXT = st.text(max_size=12)
+_PARTITIONS = st.lists(st.tuples(_TEXT, st.integers(0, 2**31 - 1)), max_size=5)
+_INTS = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.builds(TransactionMetadata, _TEXT, _INTS, st.integers(-1, 32767), _PARTITIONS, _TEXT, _PARTITIONS,
+                 _INTS, st.none() | _INTS, _PARTITIONS, st.integers(-1, 32767)))
+def test_a_state_line_holds_the_json_of_the_state(meta: TransactionMetadata) -> None:
+    expected = json.dumps(meta.to_json(), separators=(",", ":"))
+    assert transaction_state_manager.state_json(meta) == expected
+    assert transaction_state_manager.state_json(meta) == expected  # again, from the kept fragments
+    record = transaction_state_manager.state_record(meta)
+    assert record.endswith(expected.encode() + b"\n")
+    assert parse_state_log(record, "x")[0] == meta

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 import compactlog
+from compactlog.log import Log
 from compactlog.record import CONTROL_EMPTY_BATCH
 from support import FakeClock
 
@@ -310,15 +311,15 @@ def test_a_commit_cut_short_between_markers_is_completed_not_aborted(tmp_path: P
     producer.send("orders", key=b"b", value=b"2", partition=1)
     producer.flush()
     written: list[int] = []
-    real = compactlog.Store.write_marker
+    real = Log.append_marker_if_open
 
-    def dying(self: compactlog.Store, topic: str, partition: int, *args: object, **kwargs: object) -> int:
+    def dying(log: Log, *args: object, **kwargs: object) -> bool:
         if written:
             raise Crash()
-        written.append(partition)
-        return real(self, topic, partition, *args, **kwargs)  # type: ignore[arg-type]
+        written.append(log.partition)
+        return real(log, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(compactlog.Store, "write_marker", dying)
+    monkeypatch.setattr(Log, "append_marker_if_open", dying)
     with pytest.raises(Crash):
         producer.commit_transaction()
     monkeypatch.undo()

@@ -314,9 +314,9 @@ def test_end_txn_fsyncs_its_markers_together_and_answers_once_all_are_durable(
         store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
     events: list[tuple[str, int]] = []
     barrier = threading.Barrier(4, timeout=10)  # broken (an error) unless the four fsyncs overlap
-    append_marker, flush = Log.append_marker, Log.flush
+    append_marker, flush = Log.append_marker_if_open, Log.flush
 
-    def recorded_marker(log: Log, *args: Any, **kwargs: Any) -> int:
+    def recorded_marker(log: Log, *args: Any, **kwargs: Any) -> bool:
         events.append(("marker", log.partition))
         return append_marker(log, *args, **kwargs)
 
@@ -325,7 +325,7 @@ def test_end_txn_fsyncs_its_markers_together_and_answers_once_all_are_durable(
         flush(log)
         events.append(("fsynced", log.partition))
 
-    monkeypatch.setattr(Log, "append_marker", recorded_marker)
+    monkeypatch.setattr(Log, "append_marker_if_open", recorded_marker)
     monkeypatch.setattr(Log, "flush", recorded_flush)
     coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
     # every marker appended first, then each partition fsynced once after its marker, before the answer
@@ -342,17 +342,17 @@ def test_a_wire_commit_cut_short_between_markers_is_completed_by_the_next_expiry
     coordinator.add_to_transaction("app", pid, epoch, [("out", 0), ("out", 1)])
     for partition in (0, 1):
         store.append("out", partition, ROWS, producer_id=pid, producer_epoch=epoch, transactional=True)
-    write_marker = store.write_marker
+    append_marker = Log.append_marker_if_open
 
-    def crash_after_the_first(topic: str, partition: int, *args: Any, **kwargs: Any) -> int:
-        if partition == 1:
+    def crash_after_the_first(log: Log, *args: Any, **kwargs: Any) -> bool:
+        if log.partition == 1:
             raise OSError("the process died here")
-        return write_marker(topic, partition, *args, **kwargs)
+        return append_marker(log, *args, **kwargs)
 
-    monkeypatch.setattr(store, "write_marker", crash_after_the_first)
+    monkeypatch.setattr(Log, "append_marker_if_open", crash_after_the_first)
     with pytest.raises(OSError):
         coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)
-    monkeypatch.setattr(store, "write_marker", write_marker)
+    monkeypatch.setattr(Log, "append_marker_if_open", append_marker)
     assert values(store, 0, "read_committed") == [b"v"] and values(store, 1, "read_committed") == []
     with pytest.raises(ConcurrentTransactionsError):  # the client retries until the commit is completed
         coordinator.end_ongoing_transaction("app", pid, epoch, commit=True)

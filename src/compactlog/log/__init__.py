@@ -6,6 +6,7 @@
 * :mod:`.swap`: the cleaner's ``.cleaned`` -> ``.swap`` -> live protocol and its recovery;
 * :mod:`.reads`: reads from a consistent snapshot of the segment list;
 * :mod:`.producers`: the producer state's snapshots and rebuild, and the active segment's transaction index;
+* :mod:`.marker_frame`: a transaction marker's frame, built from a template;
 * :mod:`.directory`: which files of a partition directory are live segments; fsyncing the directory.
 
 Dependencies point one way: the cleaner and the store use the log, never the reverse; of the cleaner the

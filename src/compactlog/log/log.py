@@ -29,28 +29,23 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..active_segment import ActiveSegment, encode_stored, omitted_columns, stored_columns, sync_and_close
+from ..active_segment import ActiveSegment, omitted_columns, stored_columns, sync_and_close
 from ..cleaner.plan import SegmentStats, idle_roll_due, should_roll
 from ..columns import from_numpy, repeat, to_numpy
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
-from ..frame_plan import FRAME_OVERHEAD_BYTES, fits_one_frame, plan_frames, row_sizes
+from ..frame_plan import fits_one_frame, plan_frames, row_sizes
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
-from ..record import CONTROL_COMMIT, SCHEMA, marker_arrays, marker_rows, producer_rows
+from ..record import SCHEMA, producer_rows
 from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
 from .directory import directory_stamp, fsync_dir, listing_stamp, segments_changed
 from .frame_encoder import encode_ahead
+from .marker_frame import MARKER_FRAME_BYTES, marker_frame
 from .producers import PRODUCER_COLUMNS, LogProducerState
-
-# The columns a transaction marker leaves at their defaults (not stored), and the bytes its row adds to a
-# frame for the roll decision (:func:`plan_frames` of its one row: :func:`row_sizes`, no key, value or
-# headers, plus a frame's overhead).
-_MARKER_OMITTED = omitted_columns(marker_rows(0, 0, CONTROL_COMMIT, 0))
-_MARKER_FRAME_BYTES = int(row_sizes(marker_rows(0, 0, CONTROL_COMMIT, 0), _MARKER_OMITTED)[0]) + FRAME_OVERHEAD_BYTES
 
 # The columns an idempotent producer's rows always store (not their defaults), and the transactional flag's bit.
 _PRODUCER_BITS = sum(1 << SCHEMA.get_field_index(name)
@@ -262,11 +257,13 @@ class Log:
                                         f"{first_offset} failed and is not acknowledged: {e}") from e
             return first_offset, now
 
-    def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch) -> None:
+    def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
+                      controls: int | None = None) -> None:
         """Write one encoded frame to the active segment (the I/O fault point before, the crash point after:
-        every append's and every marker's frames pass here)."""
+        every append's and every marker's frames pass here; ``batch`` and ``controls``: as
+        :meth:`ActiveSegment.append_encoded` takes them)."""
         io_fault("log.frame-write")
-        self._active.append_encoded(header, payload, batch)
+        self._active.append_encoded(header, payload, batch, controls)
         fault_point("log.frame-appended")
 
     def _undo_append(self, active: ActiveSegment, size: int) -> None:
@@ -299,34 +296,44 @@ class Log:
         """Append a transaction marker (COMMIT or ABORT control row) for a producer; returns its offset.
 
         What :meth:`append` does with :func:`marker_rows`, for a row whose shape never changes: its frame
-        built from the marker's columns directly (the columns a marker leaves at their defaults,
-        :data:`_MARKER_OMITTED`, known once), the roll decided by the same plan, the producer state updated
-        from the values rather than read back. Same frame bytes, same crash behaviour: the frame is one
-        write, all or nothing, and an I/O error cuts it as :meth:`_undo_append` does."""
+        built from a template (:mod:`.marker_frame`), the roll decided by the same plan, the producer state
+        updated from the values rather than read back. Same frame bytes, same crash behaviour: the frame is
+        one write, all or nothing, and an I/O error cuts it as :meth:`_undo_append` does."""
         with self.locked():
-            self._producers.manager.check_epoch(producer_id, epoch)
-            now = self._clock()
-            config = self._config()
-            roll_first = should_roll(SegmentStats.from_meta(self._active.meta()), _MARKER_FRAME_BYTES, now,
-                                     segment_bytes=config.segment_bytes, roll_ms=config.roll_ms)
-            active, size = self._active, self._active.size
-            try:
-                if roll_first:
-                    self._roll()
-                offset = self._active.next_offset
-                columns = marker_arrays(producer_id, epoch, control_type, now, offset)
-                schema, kept = stored_columns(_MARKER_OMITTED)
-                batch = pa.RecordBatch.from_arrays([columns[i] for i in kept], schema=schema)
-                header, payload = encode_stored(batch, _MARKER_OMITTED)
-                self._append_frame(header, payload, batch)
-                self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
-                if flush:
-                    sync_and_close(self._active.open_for_sync())
-            except OSError as e:
-                self._undo_append(active, size)
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: append of a transaction marker failed "
-                                        f"and is not acknowledged: {e}") from e
-            return offset
+            return self._append_marker(producer_id, epoch, control_type, flush)
+
+    def append_marker_if_open(self, producer_id: int, epoch: int, control_type: int) -> bool:
+        """:meth:`append_marker`, unflushed, when the producer has a transaction open here (one hold of the
+        lock for the check and the marker); False, with nothing written, when it has none (ended here
+        already: a completed commit being finished again)."""
+        with self.locked():
+            if self._producers.manager.open_transaction(producer_id) is None:
+                return False
+            self._append_marker(producer_id, epoch, control_type, flush=False)
+            return True
+
+    def _append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool) -> int:
+        """:meth:`append_marker` (the caller holds the lock)."""
+        self._producers.manager.check_epoch(producer_id, epoch)
+        now = self._clock()
+        config = self._config()
+        roll_first = should_roll(SegmentStats.from_meta(self._active.meta()), MARKER_FRAME_BYTES, now,
+                                 segment_bytes=config.segment_bytes, roll_ms=config.roll_ms)
+        active, size = self._active, self._active.size
+        try:
+            if roll_first:
+                self._roll()
+            offset = self._active.next_offset
+            header, payload = marker_frame(producer_id, epoch, control_type, now, offset)
+            self._append_frame(header, payload, None, controls=1)  # a marker is one control row
+            self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
+            if flush:
+                sync_and_close(self._active.open_for_sync())
+        except OSError as e:
+            self._undo_append(active, size)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: append of a transaction marker failed "
+                                    f"and is not acknowledged: {e}") from e
+        return offset
 
     # -- producer state and transactions -------------------------------------------------------------------
 
