@@ -21,7 +21,8 @@ import pyarrow as pa
 Column: TypeAlias = "pa.Array | pa.ChunkedArray"
 
 
-def _one(column: Column) -> pa.Array:
+def single_array(column: Column) -> pa.Array:
+    """A column as one array (a chunked column's chunks combined; zero-copy when it has one)."""
     if isinstance(column, pa.ChunkedArray):
         if column.num_chunks == 1:
             return column.chunk(0)
@@ -41,7 +42,7 @@ def _bits(buffer: pa.Buffer | None, offset: int, length: int) -> np.ndarray:
 
 def to_numpy(column: Column) -> np.ndarray:
     """The values of a not-null fixed-width column (int, float or bool) as a numpy array (read-only)."""
-    array = _one(column)
+    array = single_array(column)
     if array.null_count:
         raise ValueError(f"column of {array.type} has {array.null_count} nulls")
     n = len(array)
@@ -55,7 +56,7 @@ def to_numpy(column: Column) -> np.ndarray:
 
 def is_null(column: Column) -> np.ndarray:
     """Where a column is null, as a bool array."""
-    array = _one(column)
+    array = single_array(column)
     if array.null_count == 0:
         return np.zeros(len(array), dtype=bool)
     if array.type == pa.null():

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import binary_lengths, binary_span, from_numpy, repeat, to_numpy
+from .columns import binary_lengths, binary_span, from_numpy, repeat, single_array, to_numpy
 from .limits import INT_MAX, LONG_MAX
 
 NO_PRODUCER_ID = -1
@@ -156,6 +156,17 @@ def timestamp_problem(timestamp: object) -> str | None:
     return None
 
 
+def check_timestamp_extremes(smallest: int | None, largest: int | None) -> None:
+    """Raise :class:`InvalidRecordError` unless the smallest and largest timestamps of an append (None: all
+    null, a send without one) pass :func:`timestamp_problem`."""
+    for extreme in (smallest, largest):
+        problem = None if extreme is None else timestamp_problem(extreme)
+        if problem is not None:
+            from .errors import InvalidRecordError
+
+            raise InvalidRecordError(f"column 'timestamp': {problem}")
+
+
 def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     """Turn a user's table (``key``, ``value``, optional ``timestamp`` and ``headers``) into rows in
     :data:`SCHEMA`. Offsets are placeholders (the log assigns them); producer fields say "none"."""
@@ -194,13 +205,9 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
         if n:  # the smallest and largest, before a cast to int64 could wrap or refuse them
             if plain:  # read with numpy: one small append would otherwise pay for Arrow compute calls
                 values = to_numpy(timestamp)
-                extremes: list[int | None] = [int(values.min()), int(values.max())]
+                check_timestamp_extremes(int(values.min()), int(values.max()))
             else:
-                extremes = [extreme.as_py() for extreme in pc.min_max(timestamp).values()]
-            for extreme in extremes:
-                problem = None if extreme is None else timestamp_problem(extreme)
-                if problem is not None:
-                    raise InvalidRecordError(f"column 'timestamp': {problem}")
+                check_timestamp_extremes(*(extreme.as_py() for extreme in pc.min_max(timestamp).values()))
         if not plain:
             timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
     else:
@@ -282,16 +289,58 @@ def producer_rows(rows: pa.Table, producer_id: int, epoch: int, base_sequence: i
     sequences from ``base_sequence`` (wrapping past ``INT_MAX`` to 0, as Kafka's), and whether it is
     transactional. One table is built, not one per field."""
     n = rows.num_rows
-    if base_sequence + n - 1 <= INT_MAX:  # no wrap: the common case, without the modulo and the cast
-        sequences = np.arange(base_sequence, base_sequence + n, dtype=np.int32)
-    else:
-        sequences = ((base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)).astype(np.int32)
     columns = rows.columns
     for index, values in zip(_PRODUCER_FIELDS, (repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
-                                                from_numpy(sequences),
+                                                from_numpy(producer_sequences(base_sequence, n)),
                                                 constant_chunks(bool(transactional), pa.bool_(), n)), strict=True):
         columns[index] = values
     return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def producer_sequences(base_sequence: int, n: int) -> np.ndarray:
+    """The sequences of ``n`` records from ``base_sequence`` (int32), wrapping past ``INT_MAX`` to 0 as
+    Kafka's do."""
+    if base_sequence + n - 1 <= INT_MAX:  # no wrap: the common case, without the modulo and the cast
+        return np.arange(base_sequence, base_sequence + n, dtype=np.int32)
+    return ((base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)).astype(np.int32)
+
+
+class RecordColumns(NamedTuple):
+    """One batch's records as the columns a producer sets, in :data:`SCHEMA`'s types, one array each:
+    ``timestamp`` (int64, not null), ``key`` and ``value`` (binary), ``headers`` (:data:`HEADER_TYPE`; None
+    when no record has headers). What a log appends as one producer batch without a table of SCHEMA."""
+
+    timestamp: pa.Array
+    key: pa.Array
+    value: pa.Array
+    headers: pa.Array | None
+
+
+def record_columns(rows: pa.Table | pa.RecordBatch) -> RecordColumns:
+    """The :class:`RecordColumns` of rows in :data:`SCHEMA` (chunks combined)."""
+    headers = single_array(rows.column("headers"))
+    return RecordColumns(single_array(rows.column("timestamp")), single_array(rows.column("key")),
+                         single_array(rows.column("value")), None if headers.null_count == len(headers) else headers)
+
+
+def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | None, first_offset: int,
+                 start: int, end: int) -> list[pa.Array]:
+    """The stored columns (SCHEMA's order) of rows ``start..end`` of one batch appended at ``first_offset``:
+    offset, timestamp, key, value, the headers if any record has some, and for a producer ``(id, epoch,
+    base sequence, transactional)`` its id, epoch and sequences, and the transactional flag when set. The
+    columns left out hold their defaults (:func:`compactlog.active_segment.batch_omitted`)."""
+    n = end - start
+    whole = start == 0 and n == len(columns.key)
+    arrays = [from_numpy(np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
+    for column in columns if columns.headers is not None else columns[:3]:
+        arrays.append(column if whole else column.slice(start, n))
+    if producer is not None:
+        producer_id, epoch, base_sequence, transactional = producer
+        arrays += [repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
+                   from_numpy(producer_sequences((base_sequence + start) % (INT_MAX + 1), n))]
+        if transactional:
+            arrays.append(constant_column(True, pa.bool_(), n))
+    return arrays
 
 
 def read_columns(columns: Sequence[str] | None) -> list[str]:
@@ -310,7 +359,7 @@ def read_columns(columns: Sequence[str] | None) -> list[str]:
 
 def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic: str) -> None:
     """Kafka's append-time validation: keys on compacted topics, ``max.message.bytes``."""
-    from .errors import InvalidRecordError, RecordTooLargeError
+    from .errors import InvalidRecordError
 
     keys = rows.column("key")
     if compacted and keys.null_count:  # a null key is allowed on a control row only
@@ -319,14 +368,24 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
             raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
     if rows.num_rows == 0:
         return
-    headers = rows.column("headers")
-    if headers.null_count == len(headers) and (binary_span(keys) + binary_span(rows.column("value"))
-                                               + RECORD_OVERHEAD_BYTES <= max_message_bytes):
+    check_record_sizes(keys, rows.column("value"), rows.column("headers"), max_message_bytes=max_message_bytes,
+                       topic=topic)
+
+
+def check_record_sizes(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray,
+                       headers: pa.Array | pa.ChunkedArray | None, *, max_message_bytes: int, topic: str) -> None:
+    """Kafka's ``max.message.bytes`` for each record (:func:`record_size`) of not-empty columns (headers
+    None: no record has any): else :class:`RecordTooLargeError`."""
+    from .errors import RecordTooLargeError
+
+    if headers is not None and headers.null_count == len(headers):
+        headers = None
+    if headers is None and binary_span(keys) + binary_span(values) + RECORD_OVERHEAD_BYTES <= max_message_bytes:
         return  # all the rows' keys and values together fit: so does the largest record
     # Lengths read from the offsets buffers (numpy): one small append would otherwise pay for several
     # Arrow compute calls.
-    sizes = binary_lengths(keys) + binary_lengths(rows.column("value"))
-    if headers.null_count < len(headers):  # as record_size counts them for a send
+    sizes = binary_lengths(keys) + binary_lengths(values)
+    if headers is not None:  # as record_size counts them for a send
         sizes += to_numpy(pa.compute.fill_null(header_bytes(headers), 0))
     largest = int(sizes.max()) + RECORD_OVERHEAD_BYTES
     if largest > max_message_bytes:

@@ -44,9 +44,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..columns import binary_lengths
+from ..columns import binary_lengths, single_array
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, HEADER_TYPE, header_bytes
+from ..record import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CONTROL_EMPTY_BATCH,
+    HEADER_TYPE,
+    RecordColumns,
+    constant_column,
+    header_bytes,
+)
 from . import _record_batch
 from .batch_plan import batch_starts
 from .compression import NONE, check_codec, compress, decompress
@@ -119,6 +127,14 @@ class ProducedBatch:
     size_in_bytes: int  # the batch on the wire, log overhead included
     records: pa.Table
 
+    def record_columns(self) -> RecordColumns:
+        """The records as a log appends them: timestamp, key, value and headers (None when no record has
+        any)."""
+        records = self.records
+        headers = single_array(records.column(4))
+        return RecordColumns(single_array(records.column(1)), single_array(records.column(2)),
+                             single_array(records.column(3)), None if headers.null_count == len(headers) else headers)
+
 
 def records_limit(max_batch_bytes: int | None) -> int:
     """The most bytes a batch's records may decompress to when batches are at most ``max_batch_bytes``."""
@@ -184,16 +200,6 @@ def _decode_records(sections: list[memoryview | bytes], counts: np.ndarray, base
         raise CorruptRecordError(f"record batch: {e}") from e
     n = int(counts.sum())
     buffer = pa.py_buffer
-    hkey = pa.Array.from_buffers(pa.string(), header_count, [None, buffer(hkey_offsets), buffer(hkey_data)])
-    if header_count:
-        try:
-            hkey.validate(full=True)
-        except pa.ArrowInvalid as e:
-            raise CorruptRecordError(f"record batch: a header key is not UTF-8: {e}") from e
-    hvalue = pa.Array.from_buffers(pa.binary(), header_count, [
-        buffer(hvalue_valid) if hvalue_nulls else None, buffer(hvalue_offsets), buffer(hvalue_data)],
-        null_count=hvalue_nulls)
-    entries = pa.StructArray.from_arrays([hkey, hvalue], fields=_HEADER_FIELDS)
     columns = [
         pa.Array.from_buffers(pa.int32(), n, [None, buffer(offset_delta)]),
         pa.Array.from_buffers(pa.int64(), n, [None, buffer(timestamp)]),
@@ -201,10 +207,31 @@ def _decode_records(sections: list[memoryview | bytes], counts: np.ndarray, base
                                                buffer(key_data)], null_count=key_nulls),
         pa.Array.from_buffers(pa.binary(), n, [buffer(value_valid) if value_nulls else None,
                                                buffer(value_offsets), buffer(value_data)], null_count=value_nulls),
-        pa.Array.from_buffers(HEADER_TYPE, n, [buffer(headers_valid) if header_nulls else None,
-                                               buffer(header_offsets)], null_count=header_nulls, children=[entries]),
+        _headers(n, headers_valid, header_offsets, header_nulls, hkey_offsets, hkey_data, hvalue_valid,
+                 hvalue_offsets, hvalue_data, hvalue_nulls, header_count),
     ]
     return pa.Table.from_arrays(columns, schema=RECORDS_SCHEMA)
+
+
+def _headers(n: int, headers_valid: bytes, header_offsets: bytes, header_nulls: int, hkey_offsets: bytes,
+             hkey_data: bytes, hvalue_valid: bytes, hvalue_offsets: bytes, hvalue_data: bytes, hvalue_nulls: int,
+             header_count: int) -> pa.Array:
+    """The headers column from the decoder's buffers; when no record has a header (the common case: every
+    row null), the cached column of null header lists."""
+    if not header_count:
+        return constant_column(None, HEADER_TYPE, n)
+    buffer = pa.py_buffer
+    hkey = pa.Array.from_buffers(pa.string(), header_count, [None, buffer(hkey_offsets), buffer(hkey_data)])
+    try:
+        hkey.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise CorruptRecordError(f"record batch: a header key is not UTF-8: {e}") from e
+    hvalue = pa.Array.from_buffers(pa.binary(), header_count, [
+        buffer(hvalue_valid) if hvalue_nulls else None, buffer(hvalue_offsets), buffer(hvalue_data)],
+        null_count=hvalue_nulls)
+    entries = pa.StructArray.from_arrays([hkey, hvalue], fields=_HEADER_FIELDS)
+    return pa.Array.from_buffers(HEADER_TYPE, n, [buffer(headers_valid) if header_nulls else None,
+                                                  buffer(header_offsets)], null_count=header_nulls, children=[entries])
 
 
 def encode_batches(table: pa.Table, compression: int = 0, max_bytes: int | None = None, *,
