@@ -13,6 +13,7 @@ its values would be read (the record columns that are converted are all not-null
 
 from __future__ import annotations
 
+import struct
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -90,19 +91,26 @@ def binary_lengths(column: Column) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+# The width of a binary or string type's offsets, and their struct code.
+_OFFSET_WIDTHS = {pa.binary(): (4, "<i"), pa.string(): (4, "<i"), pa.large_binary(): (8, "<q"),
+                  pa.large_string(): (8, "<q")}
+
+
 def binary_span(column: Column) -> int:
     """The bytes a binary or string column's values span in its data buffers: at least the sum of
     :func:`binary_lengths` (a null's slot may span bytes too), read from two offsets per chunk."""
     total = 0
-    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-        if len(chunk) == 0 or chunk.null_count == len(chunk):
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else (column,):
+        n = len(chunk)
+        if n == 0 or chunk.null_count == n:
             continue
-        large = pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type)
-        if not large and not (pa.types.is_binary(chunk.type) or pa.types.is_string(chunk.type)):
+        width = _OFFSET_WIDTHS.get(chunk.type)
+        if width is None:
             raise TypeError(f"binary_span takes binary or string columns, not {chunk.type}")
-        width = np.dtype(np.int64 if large else np.int32)
-        offsets = np.frombuffer(chunk.buffers()[1], width, count=len(chunk) + 1, offset=chunk.offset * width.itemsize)
-        total += int(offsets[-1]) - int(offsets[0])
+        size, code = width
+        offsets = chunk.buffers()[1]
+        total += struct.unpack_from(code, offsets, (chunk.offset + n) * size)[0] - \
+            struct.unpack_from(code, offsets, chunk.offset * size)[0]
     return total
 
 

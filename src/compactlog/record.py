@@ -331,16 +331,25 @@ def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | 
     columns left out hold their defaults (:func:`compactlog.active_segment.batch_omitted`)."""
     n = end - start
     whole = start == 0 and n == len(columns.key)
-    arrays = [from_numpy(np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
+    arrays = [_numbers(_INT64, n, np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
     for column in columns if columns.headers is not None else columns[:3]:
         arrays.append(column if whole else column.slice(start, n))
     if producer is not None:
         producer_id, epoch, base_sequence, transactional = producer
-        arrays += [repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
-                   from_numpy(producer_sequences((base_sequence + start) % (INT_MAX + 1), n))]
+        arrays += [_numbers(_INT64, n, np.full(n, producer_id, np.int64)),
+                   _numbers(_INT16, n, np.full(n, epoch, np.int16)),
+                   _numbers(_INT32, n, producer_sequences((base_sequence + start) % (INT_MAX + 1), n))]
         if transactional:
             arrays.append(constant_column(True, pa.bool_(), n))
     return arrays
+
+
+_INT64, _INT32, _INT16 = pa.int64(), pa.int32(), pa.int16()
+
+
+def _numbers(type_: pa.DataType, n: int, values: np.ndarray) -> pa.Array:
+    """A not-null array of ``type_`` over a contiguous numpy array of its width (no checks, no copy)."""
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 
 
 def read_columns(columns: Sequence[str] | None) -> list[str]:

@@ -155,7 +155,7 @@ def _append_batch(log: Log, batch: ProducedBatch, max_message_bytes: int, topic:
     records, with the same checks (timestamps, ``max.message.bytes`` per record, the producer fields), from
     the decoded columns directly: no table of SCHEMA is built. Returns its first offset (a duplicate's
     original one)."""
-    columns = batch.record_columns()
+    columns = batch.columns
     timestamps = to_numpy(columns.timestamp)
     check_timestamp_extremes(int(timestamps.min()), int(timestamps.max()))
     check_record_sizes(columns.key, columns.value, columns.headers, max_message_bytes=max_message_bytes, topic=topic)

@@ -246,8 +246,14 @@ class Log:
                                         first_offset + last, int(timestamps[start]), int(timestamps[last]),
                                         transactional)
 
-        self._write_frames(planned, encode_ahead(planned.batches, planned.omitted), apply, flush,
-                           f"append of {len(columns.key)} rows at offset {first_offset}")
+        n = len(columns.key)
+        encoded: Iterable[tuple[bytes, pa.Buffer]]
+        if len(planned.batches) == 1:  # its bounds are known: not read back from its columns
+            encoded = [encode_stored(planned.batches[0], planned.omitted,
+                                     (first_offset, first_offset + n - 1, int(timestamps[0]), int(timestamps.max())))]
+        else:
+            encoded = encode_ahead(planned.batches, planned.omitted)
+        self._write_frames(planned, encoded, apply, flush, f"append of {n} rows at offset {first_offset}")
         return first_offset, now
 
     def _write_frames(self, planned: PlannedFrames, encoded: Iterable[tuple[bytes, pa.Buffer]],

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..columns import binary_lengths, single_array
+from ..columns import binary_lengths
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..record import (
     CONTROL_ABORT,
@@ -60,8 +60,11 @@ from .batch_plan import batch_starts
 from .compression import NONE, check_codec, compress, decompress
 
 BATCH_OVERHEAD = 61
-# scan_batches() (C) gives per batch: the 13 header fields in order, then the batch's position in the buffer.
+# scan_batches() (C) gives per batch: the 13 header fields in order, then the batch's position in the buffer
+# (int64s, native order).
 SCANNED_FIELDS = 14
+_SCANNED = f"={SCANNED_FIELDS}q"
+_INT32, _INT64, _BINARY = pa.int32(), pa.int64(), pa.binary()
 LOG_OVERHEAD = 12  # baseOffset and batchLength: not counted in batchLength
 CRC_START = 21  # the CRC covers attributes .. end of the batch
 MAGIC = 2
@@ -105,8 +108,8 @@ _ENCODE_COLUMNS = ("offset", "timestamp", "key", "value", "headers", "producer_i
 
 @dataclass(frozen=True, slots=True)
 class ProducedBatch:
-    """One v2 batch as a producer sent it: the header's fields and its records as columns
-    (:data:`RECORDS_SCHEMA`: offset_delta, absolute timestamp, key, value, headers)."""
+    """One v2 batch as a producer sent it: the header's fields and its records as columns: each record's
+    offset delta, and its timestamp (absolute), key, value and headers as a log appends them."""
 
     base_offset: int
     partition_leader_epoch: int
@@ -125,15 +128,17 @@ class ProducedBatch:
     record_count: int
     delete_horizon_ms: int  # -1 unless the hasDeleteHorizonMs bit is set
     size_in_bytes: int  # the batch on the wire, log overhead included
-    records: pa.Table
+    offset_delta: pa.Array
+    columns: RecordColumns  # headers None when no record of the batch has any
 
-    def record_columns(self) -> RecordColumns:
-        """The records as a log appends them: timestamp, key, value and headers (None when no record has
-        any)."""
-        records = self.records
-        headers = single_array(records.column(4))
-        return RecordColumns(single_array(records.column(1)), single_array(records.column(2)),
-                             single_array(records.column(3)), None if headers.null_count == len(headers) else headers)
+    @property
+    def records(self) -> pa.Table:
+        """The records as one table of :data:`RECORDS_SCHEMA` (null headers where a record has none)."""
+        columns = self.columns
+        headers = columns.headers
+        return pa.Table.from_arrays([self.offset_delta, columns.timestamp, columns.key, columns.value,
+                                     constant_column(None, HEADER_TYPE, len(columns.key)) if headers is None
+                                     else headers], schema=RECORDS_SCHEMA)
 
 
 def records_limit(max_batch_bytes: int | None) -> int:
@@ -154,43 +159,58 @@ def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | 
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     try:
-        fields = np.frombuffer(_record_batch.scan_batches(view), np.int64).reshape(-1, SCANNED_FIELDS)
+        headers = list(struct.iter_unpack(_SCANNED, _record_batch.scan_batches(view)))
     except ValueError as e:
         raise CorruptRecordError(str(e)) from e
-    attributes = fields[:, 5]
-    compression = attributes & COMPRESSION_MASK
-    for code in sorted(set(compression.tolist())):  # not np.unique: a dozen microseconds for one batch
+    for code in sorted({header[5] & COMPRESSION_MASK for header in headers}):
         check_codec(code)
-    if max_batch_bytes is not None and len(fields) and int(fields[:, 1].max()) + LOG_OVERHEAD > max_batch_bytes:
-        size = int(fields[:, 1].max()) + LOG_OVERHEAD
-        raise RecordTooLargeError(f"a record batch of {size} bytes is larger than {max_batch_bytes} bytes")
+    if max_batch_bytes is not None and headers:
+        size = max(header[1] for header in headers) + LOG_OVERHEAD
+        if size > max_batch_bytes:
+            raise RecordTooLargeError(f"a record batch of {size} bytes is larger than {max_batch_bytes} bytes")
     limit = records_limit(max_batch_bytes)
     # A batch of no records (the header Kafka's cleaner keeps) is read as Kafka reads it: whatever its
     # records section holds, no records.
-    sections: list[memoryview | bytes] = [
-        b"" if not count else view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length] if not codec
-        else decompress(codec, view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length], limit)
-        for start, length, count, codec in zip(fields[:, 13].tolist(), fields[:, 1].tolist(), fields[:, 12].tolist(),
-                                                compression.tolist(), strict=True)]
-    counts = np.ascontiguousarray(fields[:, 12], np.int32)
-    records = _decode_records(sections, counts, np.ascontiguousarray(fields[:, 7]),
-                              np.ascontiguousarray((attributes & TIMESTAMP_TYPE_BIT) >> 3, np.uint8),
-                              np.ascontiguousarray(fields[:, 8]))
+    sections: list[memoryview | bytes] = []
+    for header in headers:
+        start, length, count, codec = header[13], header[1], header[12], header[5] & COMPRESSION_MASK
+        records_view = view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length]
+        sections.append(b"" if not count else decompress(codec, records_view, limit) if codec else records_view)
+    k = len(headers)
+    offset_delta, columns = _decode_records(
+        sections, struct.pack(f"={k}i", *(header[12] for header in headers)),
+        struct.pack(f"={k}q", *(header[7] for header in headers)),
+        bytes((header[5] & TIMESTAMP_TYPE_BIT) >> 3 for header in headers),
+        struct.pack(f"={k}q", *(header[8] for header in headers)), sum(header[12] for header in headers))
     batches = []
     row = 0
     for (base_offset, length, leader_epoch, magic, _, attrs, last_offset_delta, base_timestamp, max_timestamp,
-         producer_id, producer_epoch, base_sequence, count, _) in fields.tolist():
+         producer_id, producer_epoch, base_sequence, count, _) in headers:
+        if k == 1:
+            deltas, records = offset_delta, columns
+        else:
+            deltas, records = offset_delta.slice(row, count), _slice_columns(columns, row, count)
         batches.append(ProducedBatch(
             base_offset, leader_epoch, magic, attrs, last_offset_delta, base_timestamp, max_timestamp,
             producer_id, producer_epoch, base_sequence, bool(attrs & TRANSACTIONAL_BIT), bool(attrs & CONTROL_BIT),
             attrs & COMPRESSION_MASK, (attrs & TIMESTAMP_TYPE_BIT) >> 3, count,
-            base_timestamp if attrs & DELETE_HORIZON_BIT else -1, length + LOG_OVERHEAD, records.slice(row, count)))
+            base_timestamp if attrs & DELETE_HORIZON_BIT else -1, length + LOG_OVERHEAD, deltas, records))
         row += count
     return batches
 
 
-def _decode_records(sections: list[memoryview | bytes], counts: np.ndarray, base_timestamps: np.ndarray,
-                    log_append: np.ndarray, max_timestamps: np.ndarray) -> pa.Table:
+def _slice_columns(columns: RecordColumns, start: int, n: int) -> RecordColumns:
+    """Rows ``start..start + n`` of one batch's columns (headers None when none of them has any)."""
+    headers = None if columns.headers is None else columns.headers.slice(start, n)
+    return RecordColumns(columns.timestamp.slice(start, n), columns.key.slice(start, n), columns.value.slice(start, n),
+                         None if headers is None or headers.null_count == n else headers)
+
+
+def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_timestamps: bytes, log_append: bytes,
+                    max_timestamps: bytes, n: int) -> tuple[pa.Array, RecordColumns]:
+    """The records of the batches' ``sections`` (``n`` in all; per batch, packed: ``counts`` int32,
+    ``base_timestamps`` int64, ``log_append`` uint8, ``max_timestamps`` int64): their offset deltas and
+    their columns."""
     try:
         (offset_delta, timestamp, key_valid, key_offsets, key_data, key_nulls, value_valid, value_offsets, value_data,
          value_nulls, headers_valid, header_offsets, header_nulls, hkey_offsets, hkey_data, hvalue_valid,
@@ -198,28 +218,23 @@ def _decode_records(sections: list[memoryview | bytes], counts: np.ndarray, base
             sections, counts, base_timestamps, log_append, max_timestamps)
     except ValueError as e:
         raise CorruptRecordError(f"record batch: {e}") from e
-    n = int(counts.sum())
     buffer = pa.py_buffer
-    columns = [
-        pa.Array.from_buffers(pa.int32(), n, [None, buffer(offset_delta)]),
-        pa.Array.from_buffers(pa.int64(), n, [None, buffer(timestamp)]),
-        pa.Array.from_buffers(pa.binary(), n, [buffer(key_valid) if key_nulls else None, buffer(key_offsets),
-                                               buffer(key_data)], null_count=key_nulls),
-        pa.Array.from_buffers(pa.binary(), n, [buffer(value_valid) if value_nulls else None,
-                                               buffer(value_offsets), buffer(value_data)], null_count=value_nulls),
-        _headers(n, headers_valid, header_offsets, header_nulls, hkey_offsets, hkey_data, hvalue_valid,
-                 hvalue_offsets, hvalue_data, hvalue_nulls, header_count),
-    ]
-    return pa.Table.from_arrays(columns, schema=RECORDS_SCHEMA)
+    return pa.Array.from_buffers(_INT32, n, [None, buffer(offset_delta)]), RecordColumns(
+        pa.Array.from_buffers(_INT64, n, [None, buffer(timestamp)]),
+        pa.Array.from_buffers(_BINARY, n, [buffer(key_valid) if key_nulls else None, buffer(key_offsets),
+                                           buffer(key_data)], null_count=key_nulls),
+        pa.Array.from_buffers(_BINARY, n, [buffer(value_valid) if value_nulls else None,
+                                           buffer(value_offsets), buffer(value_data)], null_count=value_nulls),
+        None if not header_count else _headers(n, headers_valid, header_offsets, header_nulls, hkey_offsets,
+                                               hkey_data, hvalue_valid, hvalue_offsets, hvalue_data, hvalue_nulls,
+                                               header_count))
 
 
 def _headers(n: int, headers_valid: bytes, header_offsets: bytes, header_nulls: int, hkey_offsets: bytes,
              hkey_data: bytes, hvalue_valid: bytes, hvalue_offsets: bytes, hvalue_data: bytes, hvalue_nulls: int,
              header_count: int) -> pa.Array:
-    """The headers column from the decoder's buffers; when no record has a header (the common case: every
-    row null), the cached column of null header lists."""
-    if not header_count:
-        return constant_column(None, HEADER_TYPE, n)
+    """The headers column from the decoder's buffers, of ``header_count`` headers in all (a record without
+    any has a null list)."""
     buffer = pa.py_buffer
     hkey = pa.Array.from_buffers(pa.string(), header_count, [None, buffer(hkey_offsets), buffer(hkey_data)])
     try:
