@@ -41,15 +41,25 @@ def _bits(buffer: pa.Buffer | None, offset: int, length: int) -> np.ndarray:
     return np.unpackbits(packed, bitorder="little", count=skip + length)[skip:].view(bool)
 
 
+# The numpy dtypes of Arrow's integer and float types, by type id: asked for every column converted
+# (``to_pandas_dtype`` costs more than the conversion of a small column).
+_DTYPES: dict[int, np.dtype[Any]] = {
+    type_.id: np.dtype(type_.to_pandas_dtype())
+    for type_ in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
+                  pa.float32(), pa.float64())}
+
+
 def to_numpy(column: Column) -> np.ndarray:
     """The values of a not-null fixed-width column (int, float or bool) as a numpy array (read-only)."""
     array = single_array(column)
     if array.null_count:
         raise ValueError(f"column of {array.type} has {array.null_count} nulls")
     n = len(array)
-    if pa.types.is_boolean(array.type):
-        return _bits(array.buffers()[1], array.offset, n)
-    dtype = np.dtype(array.type.to_pandas_dtype())
+    dtype = _DTYPES.get(array.type.id)
+    if dtype is None:
+        if pa.types.is_boolean(array.type):
+            return _bits(array.buffers()[1], array.offset, n)
+        dtype = np.dtype(array.type.to_pandas_dtype())
     if n == 0:
         return np.empty(0, dtype=dtype)
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=n, offset=array.offset * dtype.itemsize)
@@ -91,9 +101,9 @@ def binary_lengths(column: Column) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-# The width of a binary or string type's offsets, and their struct code.
-_OFFSET_WIDTHS = {pa.binary(): (4, "<i"), pa.string(): (4, "<i"), pa.large_binary(): (8, "<q"),
-                  pa.large_string(): (8, "<q")}
+# The width of a binary or string type's offsets, and their struct code, by type id.
+_OFFSET_WIDTHS = {pa.binary().id: (4, "<i"), pa.string().id: (4, "<i"), pa.large_binary().id: (8, "<q"),
+                  pa.large_string().id: (8, "<q")}
 
 
 def binary_span(column: Column) -> int:
@@ -104,7 +114,7 @@ def binary_span(column: Column) -> int:
         n = len(chunk)
         if n == 0 or chunk.null_count == n:
             continue
-        width = _OFFSET_WIDTHS.get(chunk.type)
+        width = _OFFSET_WIDTHS.get(chunk.type.id)
         if width is None:
             raise TypeError(f"binary_span takes binary or string columns, not {chunk.type}")
         size, code = width

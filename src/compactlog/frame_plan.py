@@ -36,6 +36,7 @@ class PlannedFrames(NamedTuple):
     batches: list[pa.RecordBatch]
     omitted: int
     timestamps: np.ndarray
+    max_timestamp: int  # -1 for no rows
 
 
 def table_frames(active: SegmentStats, table: pa.Table, first_offset: int, segment_bytes: int,
@@ -44,7 +45,8 @@ def table_frames(active: SegmentStats, table: pa.Table, first_offset: int, segme
     n = table.num_rows
     omitted = omitted_columns(table)
     timestamps = _int64s(table.column(1))
-    if n and fits_one_frame(active, table, omitted, int(timestamps.max()), segment_bytes, roll_ms):
+    max_timestamp = int(timestamps.max()) if n else -1
+    if n and fits_one_frame(active, table, omitted, max_timestamp, segment_bytes, roll_ms):
         frames = [(0, n, False)]
     else:
         frames = plan_frames(active, row_sizes(table, omitted), timestamps, segment_bytes, roll_ms)
@@ -54,7 +56,7 @@ def table_frames(active: SegmentStats, table: pa.Table, first_offset: int, segme
         offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
         chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), from_numpy(offsets))
         batches.append(chunk.combine_chunks().to_batches()[0])
-    return PlannedFrames(frames, batches, omitted, timestamps)
+    return PlannedFrames(frames, batches, omitted, timestamps, max_timestamp)
 
 
 def batch_frames(active: SegmentStats, columns: RecordColumns, producer: tuple[int, int, int, bool] | None,
@@ -66,8 +68,9 @@ def batch_frames(active: SegmentStats, columns: RecordColumns, producer: tuple[i
     n = len(columns.key)
     omitted = batch_omitted(columns.headers is not None, producer)
     timestamps = to_numpy(columns.timestamp)
+    max_timestamp = int(timestamps.max()) if n else -1
     if columns.headers is None and n and fits_one_frame_records(active, columns.key, columns.value, omitted,
-                                                                int(timestamps.max()), segment_bytes, roll_ms):
+                                                                max_timestamp, segment_bytes, roll_ms):
         frames = [(0, n, False)]
     else:
         frames = plan_frames(active, record_sizes(columns.key, columns.value, columns.headers, omitted),
@@ -75,7 +78,7 @@ def batch_frames(active: SegmentStats, columns: RecordColumns, producer: tuple[i
     schema = stored_columns(omitted)[0]
     batches = [pa.RecordBatch.from_arrays(batch_arrays(columns, producer, first_offset, start, end), schema=schema)
                for start, end, _ in frames]
-    return PlannedFrames(frames, batches, omitted, timestamps)
+    return PlannedFrames(frames, batches, omitted, timestamps, max_timestamp)
 
 
 def row_sizes(batch: pa.RecordBatch | pa.Table, omitted: int = 0) -> np.ndarray:

@@ -250,7 +250,7 @@ class Log:
         encoded: Iterable[tuple[bytes, pa.Buffer]]
         if len(planned.batches) == 1:  # its bounds are known: not read back from its columns
             encoded = [encode_stored(planned.batches[0], planned.omitted,
-                                     (first_offset, first_offset + n - 1, int(timestamps[0]), int(timestamps.max())))]
+                                     (first_offset, first_offset + n - 1, int(timestamps[0]), planned.max_timestamp))]
         else:
             encoded = encode_ahead(planned.batches, planned.omitted)
         self._write_frames(planned, encoded, apply, flush, f"append of {n} rows at offset {first_offset}")

@@ -38,7 +38,7 @@ the records; here, the codecs (compression.py), the cuts between batches (batch_
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -106,10 +106,10 @@ _ENCODE_COLUMNS = ("offset", "timestamp", "key", "value", "headers", "producer_i
                    "is_transactional", "control_type", "delete_horizon_ms")
 
 
-@dataclass(frozen=True, slots=True)
-class ProducedBatch:
+class ProducedBatch(NamedTuple):
     """One v2 batch as a producer sent it: the header's fields and its records as columns: each record's
-    offset delta, and its timestamp (absolute), key, value and headers as a log appends them."""
+    offset delta, and its timestamp (absolute), key, value and headers as a log appends them. (A named
+    tuple: immutable, and built in a fraction of a frozen dataclass's time, once per produced batch.)"""
 
     base_offset: int
     partition_leader_epoch: int
