@@ -143,9 +143,15 @@ def stored_columns(omitted: int) -> tuple[pa.Schema, list[int]]:
 _ROW_BYTES = (8, 8, 5, 5, 5, 8, 2, 4, 1, 1, 8)
 
 
+_frame_row_bytes: dict[int, int] = {}
+
+
 def frame_row_bytes(omitted: int) -> int:
     """Fixed bytes one row costs in a frame that leaves out the ``omitted`` columns."""
-    return sum(_ROW_BYTES[i] for i in stored_columns(omitted)[1])
+    known = _frame_row_bytes.get(omitted)
+    if known is None:
+        known = _frame_row_bytes[omitted] = sum(_ROW_BYTES[i] for i in stored_columns(omitted)[1])
+    return known
 
 
 def frame_parts(batch: pa.RecordBatch, omitted: int | None = None) -> tuple[bytes, pa.Buffer]:

@@ -157,8 +157,9 @@ def timestamp_problem(timestamp: object) -> str | None:
 
 
 def check_timestamp_extremes(smallest: int | None, largest: int | None) -> None:
-    """Raise :class:`InvalidRecordError` unless the smallest and largest timestamps of an append (None: all
-    null, a send without one) pass :func:`timestamp_problem`."""
+    """Raise :class:`InvalidRecordError` unless the smallest and largest timestamps of an append pass
+    :func:`timestamp_problem` (None: none to check: all null, a send without one, or an int64 column's
+    largest, which is within the rule's ``Long.MAX_VALUE`` by its type)."""
     for extreme in (smallest, largest):
         problem = None if extreme is None else timestamp_problem(extreme)
         if problem is not None:
@@ -332,8 +333,10 @@ def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | 
     n = end - start
     whole = start == 0 and n == len(columns.key)
     arrays = [_numbers(_INT64, n, np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
-    for column in columns if columns.headers is not None else columns[:3]:
-        arrays.append(column if whole else column.slice(start, n))
+    stored = [columns.timestamp, columns.key, columns.value]
+    if columns.headers is not None:
+        stored.append(columns.headers)
+    arrays += stored if whole else [column.slice(start, n) for column in stored]
     if producer is not None:
         producer_id, epoch, base_sequence, transactional = producer
         arrays += [_numbers(_INT64, n, np.full(n, producer_id, np.int64)),

@@ -156,8 +156,7 @@ def _append_batch(log: Log, batch: ProducedBatch, max_message_bytes: int, topic:
     the decoded columns directly: no table of SCHEMA is built. Returns its first offset (a duplicate's
     original one)."""
     columns = batch.columns
-    timestamps = to_numpy(columns.timestamp)
-    check_timestamp_extremes(int(timestamps.min()), int(timestamps.max()))
+    check_timestamp_extremes(int(to_numpy(columns.timestamp).min()), None)  # int64s: none past Long.MAX_VALUE
     check_record_sizes(columns.key, columns.value, columns.headers, max_message_bytes=max_message_bytes, topic=topic)
     if batch.producer_id < 0:
         return log.append(columns, flush=False)[0]
