@@ -133,12 +133,12 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
         batches = decode_batches(records or b"", config.max_message_bytes)
         check_batches(batches, compacted=config.compact, max_message_bytes=config.max_message_bytes, where=where)
         base_offset = -1
-        store.check_writable(f"append to {where}")
         with log.locked():  # one catching up with the partition's directory for the request's batches
             for batch in batches:
                 if batch.is_transactional and transactional_id is not None:
                     store.transactions.check_in_transaction(transactional_id, batch.producer_id,
                                                             batch.producer_epoch, (topic, partition))
+                store.check_writable(f"append to {where}")
                 first = _append_batch(log, batch, config.max_message_bytes, topic)
                 if base_offset < 0:
                     base_offset = first

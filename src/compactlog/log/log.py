@@ -297,9 +297,10 @@ class Log:
 
     def append_producer_batch(self, rows: pa.Table | RecordColumns, producer_id: int, epoch: int, base_sequence: int,
                               transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
-        """Append an idempotent producer's batch (data rows in SCHEMA, whose producer columns are set here, or
-        its :class:`~compactlog.record.RecordColumns`): ``(first_offset, append_time, duplicate)``. A retried
-        batch (same producer, epoch and sequences) is not appended again: its original offsets come back."""
+        """Append an idempotent producer's batch (data rows in SCHEMA, of which only the timestamp, key, value
+        and headers are read, or its :class:`~compactlog.record.RecordColumns`): ``(first_offset, append_time,
+        duplicate)``. A retried batch (same producer, epoch and sequences) is not appended again: its original
+        offsets come back."""
         columns = rows if isinstance(rows, RecordColumns) else record_columns(rows)
         last_sequence = (base_sequence + len(columns.key) - 1) % _SEQUENCES
         with self.locked():
