@@ -69,8 +69,8 @@ def batch_frames(active: SegmentStats, columns: RecordColumns, producer: tuple[i
     omitted = batch_omitted(columns.headers is not None, producer)
     timestamps = to_numpy(columns.timestamp)
     max_timestamp = int(timestamps.max()) if n else -1
-    if columns.headers is None and n and fits_one_frame_records(active, columns.key, columns.value, omitted,
-                                                                max_timestamp, segment_bytes, roll_ms):
+    if columns.headers is None and fits_one_frame_records(active, n, columns.key_value_bytes, omitted, max_timestamp,
+                                                          segment_bytes, roll_ms):
         frames = [(0, n, False)]
     else:
         frames = plan_frames(active, record_sizes(columns.key, columns.value, columns.headers, omitted),
@@ -108,17 +108,18 @@ def fits_one_frame(active: SegmentStats, batch: pa.RecordBatch | pa.Table, omitt
     headers = batch.column("headers")
     if headers.null_count != len(headers):
         return False
-    return fits_one_frame_records(active, batch.column("key"), batch.column("value"), omitted, max_timestamp,
-                                  segment_bytes, roll_ms)
+    return fits_one_frame_records(active, batch.num_rows,
+                                  binary_span(batch.column("key")) + binary_span(batch.column("value")), omitted,
+                                  max_timestamp, segment_bytes, roll_ms)
 
 
-def fits_one_frame_records(active: SegmentStats, key: Column, value: Column, omitted: int, max_timestamp: int,
+def fits_one_frame_records(active: SegmentStats, n: int, key_value_bytes: int, omitted: int, max_timestamp: int,
                            segment_bytes: int, roll_ms: int) -> bool:
-    """:func:`fits_one_frame` of rows without headers given by their key and value columns."""
-    n = len(key)
+    """:func:`fits_one_frame` of ``n`` rows without headers whose key and value columns span
+    ``key_value_bytes`` (:func:`~compactlog.columns.binary_span`)."""
     if not 0 < n <= MAX_FRAME_ROWS:
         return False
-    bound = frame_row_bytes(omitted) * n + binary_span(key) + binary_span(value)
+    bound = frame_row_bytes(omitted) * n + key_value_bytes
     room = segment_bytes - active.size_bytes - FRAME_OVERHEAD_BYTES
     return bound <= room and not should_roll(active, bound + FRAME_OVERHEAD_BYTES, max_timestamp,
                                              segment_bytes=segment_bytes, roll_ms=roll_ms)

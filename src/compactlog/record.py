@@ -315,13 +315,15 @@ class RecordColumns(NamedTuple):
     key: pa.Array
     value: pa.Array
     headers: pa.Array | None
+    key_value_bytes: int  # the bytes the key and value columns span (binary_span): at least their values' sum
 
 
 def record_columns(rows: pa.Table | pa.RecordBatch) -> RecordColumns:
     """The :class:`RecordColumns` of rows in :data:`SCHEMA` (chunks combined)."""
     headers = single_array(rows.column("headers"))
-    return RecordColumns(single_array(rows.column("timestamp")), single_array(rows.column("key")),
-                         single_array(rows.column("value")), None if headers.null_count == len(headers) else headers)
+    key, value = single_array(rows.column("key")), single_array(rows.column("value"))
+    return RecordColumns(single_array(rows.column("timestamp")), key, value,
+                         None if headers.null_count == len(headers) else headers, binary_span(key) + binary_span(value))
 
 
 def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | None, first_offset: int,
@@ -380,19 +382,22 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
             raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
     if rows.num_rows == 0:
         return
-    check_record_sizes(keys, rows.column("value"), rows.column("headers"), max_message_bytes=max_message_bytes,
-                       topic=topic)
+    values = rows.column("value")
+    check_record_sizes(keys, values, rows.column("headers"), binary_span(keys) + binary_span(values),
+                       max_message_bytes=max_message_bytes, topic=topic)
 
 
 def check_record_sizes(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray,
-                       headers: pa.Array | pa.ChunkedArray | None, *, max_message_bytes: int, topic: str) -> None:
+                       headers: pa.Array | pa.ChunkedArray | None, key_value_bytes: int, *, max_message_bytes: int,
+                       topic: str) -> None:
     """Kafka's ``max.message.bytes`` for each record (:func:`record_size`) of not-empty columns (headers
-    None: no record has any): else :class:`RecordTooLargeError`."""
+    None: no record has any; ``key_value_bytes``: the bytes the keys and values span, :func:`binary_span`):
+    else :class:`RecordTooLargeError`."""
     from .errors import RecordTooLargeError
 
     if headers is not None and headers.null_count == len(headers):
         headers = None
-    if headers is None and binary_span(keys) + binary_span(values) + RECORD_OVERHEAD_BYTES <= max_message_bytes:
+    if headers is None and key_value_bytes + RECORD_OVERHEAD_BYTES <= max_message_bytes:
         return  # all the rows' keys and values together fit: so does the largest record
     # Lengths read from the offsets buffers (numpy): one small append would otherwise pay for several
     # Arrow compute calls.

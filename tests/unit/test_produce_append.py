@@ -109,3 +109,14 @@ def test_produce_refuses_what_store_append_refuses(tmp_path: object, sent: bytes
         results, _ = _append_all(store, [("t", 0, sent)], None)
         assert results[0]["error_code"] == code, results
         assert store.log("t", 0).log_end_offset == 0
+
+
+def test_decoded_columns_know_the_bytes_their_keys_and_values_span() -> None:
+    from compactlog.columns import binary_span
+    from compactlog.protocol.record_batch import decode_batches
+
+    several = decode_batches(wire(MIXED, codec=1) + wire(PLAIN) + wire(EVERY_HEADER))  # sliced from one decode
+    for batch in several + decode_batches(wire(MIXED, codec=1)) + decode_batches(wire(PLAIN)):
+        columns = batch.columns
+        assert columns.key_value_bytes == binary_span(columns.key) + binary_span(columns.value) > 0
+        assert (columns.headers is None) == (batch.records.column("headers").null_count == batch.record_count)

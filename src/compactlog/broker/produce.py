@@ -157,7 +157,8 @@ def _append_batch(log: Log, batch: ProducedBatch, max_message_bytes: int, topic:
     original one)."""
     columns = batch.columns
     check_timestamp_extremes(int(to_numpy(columns.timestamp).min()), None)  # int64s: none past Long.MAX_VALUE
-    check_record_sizes(columns.key, columns.value, columns.headers, max_message_bytes=max_message_bytes, topic=topic)
+    check_record_sizes(columns.key, columns.value, columns.headers, columns.key_value_bytes,
+                       max_message_bytes=max_message_bytes, topic=topic)
     if batch.producer_id < 0:
         return log.append(columns, flush=False)[0]
     check_batch_fields(batch.producer_id, batch.producer_epoch, batch.base_sequence)

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..columns import binary_lengths
+from ..columns import binary_lengths, binary_span
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..record import (
     CONTROL_ABORT,
@@ -65,6 +65,7 @@ BATCH_OVERHEAD = 61
 SCANNED_FIELDS = 14
 _SCANNED = f"={SCANNED_FIELDS}q"
 _INT32, _INT64, _BINARY = pa.int32(), pa.int64(), pa.binary()
+_LAST_OFFSET = struct.Struct("=i")
 LOG_OVERHEAD = 12  # baseOffset and batchLength: not counted in batchLength
 CRC_START = 21  # the CRC covers attributes .. end of the batch
 MAGIC = 2
@@ -202,8 +203,10 @@ def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | 
 def _slice_columns(columns: RecordColumns, start: int, n: int) -> RecordColumns:
     """Rows ``start..start + n`` of one batch's columns (headers None when none of them has any)."""
     headers = None if columns.headers is None else columns.headers.slice(start, n)
-    return RecordColumns(columns.timestamp.slice(start, n), columns.key.slice(start, n), columns.value.slice(start, n),
-                         None if headers is None or headers.null_count == n else headers)
+    key, value = columns.key.slice(start, n), columns.value.slice(start, n)
+    return RecordColumns(columns.timestamp.slice(start, n), key, value,
+                         None if headers is None or headers.null_count == n else headers,
+                         binary_span(key) + binary_span(value))
 
 
 def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_timestamps: bytes, log_append: bytes,
@@ -227,7 +230,9 @@ def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_time
                                            buffer(value_offsets), buffer(value_data)], null_count=value_nulls),
         None if not header_count else _headers(n, headers_valid, header_offsets, header_nulls, hkey_offsets,
                                                hkey_data, hvalue_valid, hvalue_offsets, hvalue_data, hvalue_nulls,
-                                               header_count))
+                                               header_count),
+        # The offsets start at 0: the last is the bytes a column spans.
+        _LAST_OFFSET.unpack_from(key_offsets, 4 * n)[0] + _LAST_OFFSET.unpack_from(value_offsets, 4 * n)[0])
 
 
 def _headers(n: int, headers_valid: bytes, header_offsets: bytes, header_nulls: int, hkey_offsets: bytes,
