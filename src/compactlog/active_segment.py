@@ -102,12 +102,11 @@ def _holds_only(column: pa.Array | pa.ChunkedArray, default: object) -> bool:
     return bool(values[0] == default) and bool((values == default).all())
 
 
-def omitted_columns(rows: pa.Table | pa.RecordBatch, known: int = 0) -> int:
-    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row; the columns of
-    the mask ``known`` are not looked at (the caller knows whether they do and sets their bits itself)."""
+def omitted_columns(rows: pa.Table | pa.RecordBatch) -> int:
+    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row."""
     omitted = 0
     for index, default in OMITTABLE_DEFAULTS.items():
-        if not known >> index & 1 and _holds_only(rows.column(index), default):
+        if _holds_only(rows.column(index), default):
             omitted |= 1 << index
     return omitted
 
