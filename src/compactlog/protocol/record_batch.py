@@ -160,33 +160,33 @@ def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | 
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     try:
-        headers = list(struct.iter_unpack(_SCANNED, _record_batch.scan_batches(view)))
+        scanned = list(struct.iter_unpack(_SCANNED, _record_batch.scan_batches(view)))
     except ValueError as e:
         raise CorruptRecordError(str(e)) from e
-    for code in sorted({header[5] & COMPRESSION_MASK for header in headers}):
+    for code in sorted({fields[5] & COMPRESSION_MASK for fields in scanned}):
         check_codec(code)
-    if max_batch_bytes is not None and headers:
-        size = max(header[1] for header in headers) + LOG_OVERHEAD
+    if max_batch_bytes is not None and scanned:
+        size = max(fields[1] for fields in scanned) + LOG_OVERHEAD
         if size > max_batch_bytes:
             raise RecordTooLargeError(f"a record batch of {size} bytes is larger than {max_batch_bytes} bytes")
     limit = records_limit(max_batch_bytes)
     # A batch of no records (the header Kafka's cleaner keeps) is read as Kafka reads it: whatever its
     # records section holds, no records.
     sections: list[memoryview | bytes] = []
-    for header in headers:
-        start, length, count, codec = header[13], header[1], header[12], header[5] & COMPRESSION_MASK
+    for fields in scanned:
+        start, length, count, codec = fields[13], fields[1], fields[12], fields[5] & COMPRESSION_MASK
         records_view = view[start + BATCH_OVERHEAD:start + LOG_OVERHEAD + length]
         sections.append(b"" if not count else decompress(codec, records_view, limit) if codec else records_view)
-    k = len(headers)
+    k = len(scanned)
     offset_delta, columns = _decode_records(
-        sections, struct.pack(f"={k}i", *(header[12] for header in headers)),
-        struct.pack(f"={k}q", *(header[7] for header in headers)),
-        bytes((header[5] & TIMESTAMP_TYPE_BIT) >> 3 for header in headers),
-        struct.pack(f"={k}q", *(header[8] for header in headers)), sum(header[12] for header in headers))
+        sections, struct.pack(f"={k}i", *(fields[12] for fields in scanned)),
+        struct.pack(f"={k}q", *(fields[7] for fields in scanned)),
+        bytes((fields[5] & TIMESTAMP_TYPE_BIT) >> 3 for fields in scanned),
+        struct.pack(f"={k}q", *(fields[8] for fields in scanned)), sum(fields[12] for fields in scanned))
     batches = []
     row = 0
     for (base_offset, length, leader_epoch, magic, _, attrs, last_offset_delta, base_timestamp, max_timestamp,
-         producer_id, producer_epoch, base_sequence, count, _) in headers:
+         producer_id, producer_epoch, base_sequence, count, _) in scanned:
         if k == 1:
             deltas, records = offset_delta, columns
         else:
