@@ -68,7 +68,7 @@ def batch_frames(active: SegmentStats, columns: RecordColumns, producer: tuple[i
     n = len(columns.key)
     omitted = batch_omitted(columns.headers is not None, producer)
     timestamps = to_numpy(columns.timestamp)
-    max_timestamp = int(timestamps.max()) if n else -1
+    max_timestamp = columns.max_timestamp
     if columns.headers is None and fits_one_frame_records(active, n, columns.key_value_bytes, omitted, max_timestamp,
                                                           segment_bytes, roll_ms):
         frames = [(0, n, False)]

@@ -157,9 +157,8 @@ def timestamp_problem(timestamp: object) -> str | None:
 
 
 def check_timestamp_extremes(smallest: int | None, largest: int | None) -> None:
-    """Raise :class:`InvalidRecordError` unless the smallest and largest timestamps of an append pass
-    :func:`timestamp_problem` (None: none to check: all null, a send without one, or an int64 column's
-    largest, which is within the rule's ``Long.MAX_VALUE`` by its type)."""
+    """Raise :class:`InvalidRecordError` unless the smallest and largest timestamps of an append (None: all
+    null, a send without one) pass :func:`timestamp_problem`."""
     for extreme in (smallest, largest):
         problem = None if extreme is None else timestamp_problem(extreme)
         if problem is not None:
@@ -316,14 +315,22 @@ class RecordColumns(NamedTuple):
     value: pa.Array
     headers: pa.Array | None
     key_value_bytes: int  # the bytes the key and value columns span (binary_span): at least their values' sum
+    min_timestamp: int  # the smallest and largest timestamp (-1 for no records)
+    max_timestamp: int
 
 
 def record_columns(rows: pa.Table | pa.RecordBatch) -> RecordColumns:
     """The :class:`RecordColumns` of rows in :data:`SCHEMA` (chunks combined)."""
     headers = single_array(rows.column("headers"))
-    key, value = single_array(rows.column("key")), single_array(rows.column("value"))
-    return RecordColumns(single_array(rows.column("timestamp")), key, value,
-                         None if headers.null_count == len(headers) else headers, binary_span(key) + binary_span(value))
+    key, value, timestamp = (single_array(rows.column(name)) for name in ("key", "value", "timestamp"))
+    return RecordColumns(timestamp, key, value, None if headers.null_count == len(headers) else headers,
+                         binary_span(key) + binary_span(value), *timestamp_extremes(timestamp))
+
+
+def timestamp_extremes(timestamp: pa.Array) -> tuple[int, int]:
+    """The smallest and largest of a not-null int64 column, (-1, -1) when it is empty."""
+    values = to_numpy(timestamp)
+    return (int(values.min()), int(values.max())) if len(values) else (-1, -1)
 
 
 def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | None, first_offset: int,

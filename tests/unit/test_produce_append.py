@@ -111,12 +111,18 @@ def test_produce_refuses_what_store_append_refuses(tmp_path: object, sent: bytes
         assert store.log("t", 0).log_end_offset == 0
 
 
-def test_decoded_columns_know_the_bytes_their_keys_and_values_span() -> None:
-    from compactlog.columns import binary_span
+def test_decoded_columns_know_their_key_and_value_bytes_and_their_timestamps_extremes() -> None:
+    from compactlog.columns import binary_span, to_numpy
     from compactlog.protocol.record_batch import decode_batches
 
-    several = decode_batches(wire(MIXED, codec=1) + wire(PLAIN) + wire(EVERY_HEADER))  # sliced from one decode
-    for batch in several + decode_batches(wire(MIXED, codec=1)) + decode_batches(wire(PLAIN)):
+    several = decode_batches(wire(MIXED, codec=1) + wire(PLAIN, first_timestamp=5) + wire(EVERY_HEADER))
+    backwards = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i, timestamp in enumerate([T0, T0 - 9, T0 + 4, -7, T0 + 2]):  # the extremes inside, one negative
+        backwards.append(i, timestamp, b"k", b"v", [])
+    for batch in (several + decode_batches(wire(MIXED, codec=1)) + decode_batches(wire(PLAIN))
+                  + decode_batches(bytes(backwards.build()))):
         columns = batch.columns
         assert columns.key_value_bytes == binary_span(columns.key) + binary_span(columns.value) > 0
+        timestamps = to_numpy(columns.timestamp)
+        assert (columns.min_timestamp, columns.max_timestamp) == (timestamps.min(), timestamps.max())
         assert (columns.headers is None) == (batch.records.column("headers").null_count == batch.record_count)

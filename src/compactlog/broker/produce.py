@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 from typing import Any
 
-from ..columns import to_numpy
 from ..errors import CompactLogError
 from ..log import Log
 from ..producer_state import check_batch_fields
@@ -156,7 +155,7 @@ def _append_batch(log: Log, batch: ProducedBatch, max_message_bytes: int, topic:
     the decoded columns directly: no table of SCHEMA is built. Returns its first offset (a duplicate's
     original one)."""
     columns = batch.columns
-    check_timestamp_extremes(int(to_numpy(columns.timestamp).min()), None)  # int64s: none past Long.MAX_VALUE
+    check_timestamp_extremes(columns.min_timestamp, columns.max_timestamp)
     check_record_sizes(columns.key, columns.value, columns.headers, columns.key_value_bytes,
                        max_message_bytes=max_message_bytes, topic=topic)
     if batch.producer_id < 0:

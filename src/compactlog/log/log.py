@@ -232,7 +232,8 @@ class Log:
         now = self._clock()
         config = self._config()
         if config.message_timestamp_type == "LogAppendTime":
-            columns = columns._replace(timestamp=repeat(now, pa.int64(), len(columns.key)))
+            columns = columns._replace(timestamp=repeat(now, pa.int64(), len(columns.key)), min_timestamp=now,
+                                       max_timestamp=now)
         first_offset = self._active.next_offset
         planned = batch_frames(SegmentStats.from_meta(self._active.meta()), columns, producer, first_offset,
                                config.segment_bytes, config.roll_ms)

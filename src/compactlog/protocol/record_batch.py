@@ -54,6 +54,7 @@ from ..record import (
     RecordColumns,
     constant_column,
     header_bytes,
+    timestamp_extremes,
 )
 from . import _record_batch
 from .batch_plan import batch_starts
@@ -203,10 +204,9 @@ def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | 
 def _slice_columns(columns: RecordColumns, start: int, n: int) -> RecordColumns:
     """Rows ``start..start + n`` of one batch's columns (headers None when none of them has any)."""
     headers = None if columns.headers is None else columns.headers.slice(start, n)
-    key, value = columns.key.slice(start, n), columns.value.slice(start, n)
-    return RecordColumns(columns.timestamp.slice(start, n), key, value,
-                         None if headers is None or headers.null_count == n else headers,
-                         binary_span(key) + binary_span(value))
+    key, value, timestamp = (column.slice(start, n) for column in (columns.key, columns.value, columns.timestamp))
+    return RecordColumns(timestamp, key, value, None if headers is None or headers.null_count == n else headers,
+                         binary_span(key) + binary_span(value), *timestamp_extremes(timestamp))
 
 
 def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_timestamps: bytes, log_append: bytes,
@@ -217,7 +217,8 @@ def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_time
     try:
         (offset_delta, timestamp, key_valid, key_offsets, key_data, key_nulls, value_valid, value_offsets, value_data,
          value_nulls, headers_valid, header_offsets, header_nulls, hkey_offsets, hkey_data, hvalue_valid,
-         hvalue_offsets, hvalue_data, hvalue_nulls, header_count) = _record_batch.decode_records(
+         hvalue_offsets, hvalue_data, hvalue_nulls, header_count, min_timestamp,
+         max_timestamp) = _record_batch.decode_records(
             sections, counts, base_timestamps, log_append, max_timestamps)
     except ValueError as e:
         raise CorruptRecordError(f"record batch: {e}") from e
@@ -232,7 +233,8 @@ def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_time
                                                hkey_data, hvalue_valid, hvalue_offsets, hvalue_data, hvalue_nulls,
                                                header_count),
         # The offsets start at 0: the last is the bytes a column spans.
-        _LAST_OFFSET.unpack_from(key_offsets, 4 * n)[0] + _LAST_OFFSET.unpack_from(value_offsets, 4 * n)[0])
+        _LAST_OFFSET.unpack_from(key_offsets, 4 * n)[0] + _LAST_OFFSET.unpack_from(value_offsets, 4 * n)[0],
+        min_timestamp if n else -1, max_timestamp if n else -1)
 
 
 def _headers(n: int, headers_valid: bytes, header_offsets: bytes, header_nulls: int, hkey_offsets: bytes,
