@@ -102,14 +102,30 @@ def _holds_only(column: pa.Array | pa.ChunkedArray, default: object) -> bool:
     return bool(values[0] == default) and bool((values == default).all())
 
 
-def omitted_columns(rows: pa.Table | pa.RecordBatch, known: int = 0) -> int:
-    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row; the columns of
-    the mask ``known`` are not looked at (the caller knows whether they do and sets their bits itself)."""
+def omitted_columns(rows: pa.Table | pa.RecordBatch) -> int:
+    """The mask of the columns of ``rows`` (in SCHEMA) that hold their default in every row."""
     omitted = 0
     for index, default in OMITTABLE_DEFAULTS.items():
-        if not known >> index & 1 and _holds_only(rows.column(index), default):
+        if _holds_only(rows.column(index), default):
             omitted |= 1 << index
     return omitted
+
+
+_HEADERS_BIT = 1 << SCHEMA.get_field_index("headers")
+_PRODUCER_BITS = sum(1 << SCHEMA.get_field_index(name) for name in ("producer_id", "producer_epoch", "sequence"))
+_TRANSACTIONAL_BIT = 1 << SCHEMA.get_field_index("is_transactional")
+_DATA_BITS = _CONTROL_BIT | 1 << SCHEMA.get_field_index("delete_horizon_ms")
+
+
+def batch_omitted(has_headers: bool, producer: tuple[int, int, int, bool] | None) -> int:
+    """:func:`omitted_columns` of one batch of data records (no control rows, no delete horizon) known by
+    its shape instead of its columns: the headers unless a record has some; without a producer (its fields
+    "none") the producer columns; with one ``(id, epoch, base sequence, transactional)``, whose id, epoch and
+    sequences are stored, the transactional flag unless set."""
+    omitted = _DATA_BITS | (0 if has_headers else _HEADERS_BIT)
+    if producer is None:
+        return omitted | _PRODUCER_BITS | _TRANSACTIONAL_BIT
+    return omitted | (0 if producer[3] else _TRANSACTIONAL_BIT)
 
 
 def stored_columns(omitted: int) -> tuple[pa.Schema, list[int]]:
@@ -126,9 +142,15 @@ def stored_columns(omitted: int) -> tuple[pa.Schema, list[int]]:
 _ROW_BYTES = (8, 8, 5, 5, 5, 8, 2, 4, 1, 1, 8)
 
 
+_frame_row_bytes: dict[int, int] = {}
+
+
 def frame_row_bytes(omitted: int) -> int:
     """Fixed bytes one row costs in a frame that leaves out the ``omitted`` columns."""
-    return sum(_ROW_BYTES[i] for i in stored_columns(omitted)[1])
+    known = _frame_row_bytes.get(omitted)
+    if known is None:
+        known = _frame_row_bytes[omitted] = sum(_ROW_BYTES[i] for i in stored_columns(omitted)[1])
+    return known
 
 
 def frame_parts(batch: pa.RecordBatch, omitted: int | None = None) -> tuple[bytes, pa.Buffer]:
@@ -139,15 +161,18 @@ def frame_parts(batch: pa.RecordBatch, omitted: int | None = None) -> tuple[byte
     return encode_stored(batch.select(stored_columns(omitted)[1]) if omitted else batch, omitted)
 
 
-def encode_stored(stored: pa.RecordBatch, omitted: int) -> tuple[bytes, pa.Buffer]:
+def encode_stored(stored: pa.RecordBatch, omitted: int,
+                  bounds: tuple[int, int, int, int] | None = None) -> tuple[bytes, pa.Buffer]:
     """The header and the payload of one frame from a batch of the stored columns only (in the schema
     :func:`stored_columns` gives for ``omitted``). Written one after the other, the payload is never
-    copied into a joined ``bytes``."""
+    copied into a joined ``bytes``. ``bounds``, when the caller knows them: the batch's first and last
+    offsets, its first timestamp and its largest (else read from its columns)."""
     payload = stored.serialize()
-    offsets = to_numpy(stored.column(0))
-    timestamps = to_numpy(stored.column(1))
-    rest = struct.pack("<HHIqqqq", omitted, 0, stored.num_rows, offsets[0], offsets[-1], timestamps[0],
-                       timestamps.max())
+    if bounds is None:
+        offsets = to_numpy(stored.column(0))
+        timestamps = to_numpy(stored.column(1))
+        bounds = (int(offsets[0]), int(offsets[-1]), int(timestamps[0]), int(timestamps.max()))
+    rest = struct.pack("<HHIqqqq", omitted, 0, stored.num_rows, *bounds)
     crc = zlib.crc32(payload, zlib.crc32(rest))
     return FRAME_MAGIC + struct.pack("<II", payload.size, crc) + rest, payload
 

@@ -13,6 +13,7 @@ its values would be read (the record columns that are converted are all not-null
 
 from __future__ import annotations
 
+import struct
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -21,7 +22,8 @@ import pyarrow as pa
 Column: TypeAlias = "pa.Array | pa.ChunkedArray"
 
 
-def _one(column: Column) -> pa.Array:
+def single_array(column: Column) -> pa.Array:
+    """A column as one array (a chunked column's chunks combined; zero-copy when it has one)."""
     if isinstance(column, pa.ChunkedArray):
         if column.num_chunks == 1:
             return column.chunk(0)
@@ -39,15 +41,25 @@ def _bits(buffer: pa.Buffer | None, offset: int, length: int) -> np.ndarray:
     return np.unpackbits(packed, bitorder="little", count=skip + length)[skip:].view(bool)
 
 
+# The numpy dtypes of Arrow's integer and float types, by type id: asked for every column converted
+# (``to_pandas_dtype`` costs more than the conversion of a small column).
+_DTYPES: dict[int, np.dtype[Any]] = {
+    type_.id: np.dtype(type_.to_pandas_dtype())
+    for type_ in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
+                  pa.float32(), pa.float64())}
+
+
 def to_numpy(column: Column) -> np.ndarray:
     """The values of a not-null fixed-width column (int, float or bool) as a numpy array (read-only)."""
-    array = _one(column)
+    array = single_array(column)
     if array.null_count:
         raise ValueError(f"column of {array.type} has {array.null_count} nulls")
     n = len(array)
-    if pa.types.is_boolean(array.type):
-        return _bits(array.buffers()[1], array.offset, n)
-    dtype = np.dtype(array.type.to_pandas_dtype())
+    dtype = _DTYPES.get(array.type.id)
+    if dtype is None:
+        if pa.types.is_boolean(array.type):
+            return _bits(array.buffers()[1], array.offset, n)
+        dtype = np.dtype(array.type.to_pandas_dtype())
     if n == 0:
         return np.empty(0, dtype=dtype)
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=n, offset=array.offset * dtype.itemsize)
@@ -55,7 +67,7 @@ def to_numpy(column: Column) -> np.ndarray:
 
 def is_null(column: Column) -> np.ndarray:
     """Where a column is null, as a bool array."""
-    array = _one(column)
+    array = single_array(column)
     if array.null_count == 0:
         return np.zeros(len(array), dtype=bool)
     if array.type == pa.null():
@@ -89,19 +101,26 @@ def binary_lengths(column: Column) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
+# The width of a binary or string type's offsets, and their struct code, by type id.
+_OFFSET_WIDTHS = {pa.binary().id: (4, "<i"), pa.string().id: (4, "<i"), pa.large_binary().id: (8, "<q"),
+                  pa.large_string().id: (8, "<q")}
+
+
 def binary_span(column: Column) -> int:
     """The bytes a binary or string column's values span in its data buffers: at least the sum of
     :func:`binary_lengths` (a null's slot may span bytes too), read from two offsets per chunk."""
     total = 0
-    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
-        if len(chunk) == 0 or chunk.null_count == len(chunk):
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else (column,):
+        n = len(chunk)
+        if n == 0 or chunk.null_count == n:
             continue
-        large = pa.types.is_large_binary(chunk.type) or pa.types.is_large_string(chunk.type)
-        if not large and not (pa.types.is_binary(chunk.type) or pa.types.is_string(chunk.type)):
+        width = _OFFSET_WIDTHS.get(chunk.type.id)
+        if width is None:
             raise TypeError(f"binary_span takes binary or string columns, not {chunk.type}")
-        width = np.dtype(np.int64 if large else np.int32)
-        offsets = np.frombuffer(chunk.buffers()[1], width, count=len(chunk) + 1, offset=chunk.offset * width.itemsize)
-        total += int(offsets[-1]) - int(offsets[0])
+        size, code = width
+        offsets = chunk.buffers()[1]
+        total += struct.unpack_from(code, offsets, (chunk.offset + n) * size)[0] - \
+            struct.unpack_from(code, offsets, chunk.offset * size)[0]
     return total
 
 

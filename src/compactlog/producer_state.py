@@ -205,8 +205,11 @@ class ProducerStateManager:
     def apply_batch(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
                     last_offset: int, first_timestamp: int, last_timestamp: int, transactional: bool) -> None:
         """:meth:`apply` of one producer's data rows at ``first_offset..last_offset`` (one run of its rows:
-        one appended batch, or one frame of it), given by their ends instead of columns: the same state."""
+        one appended batch, or one frame of it), given by their ends instead of columns: the same state.
+        Rows without a producer id (``NO_PRODUCER_ID``) move only the state's next offset, as in :meth:`apply`."""
         self.next_offset = max(self.next_offset, last_offset + 1)
+        if producer_id == NO_PRODUCER_ID:
+            return
         entry = self._entry_at(producer_id, epoch)
         entry.last_timestamp = max(entry.last_timestamp, last_timestamp)
         entry.last_offset = last_offset

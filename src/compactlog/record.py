@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import binary_lengths, binary_span, from_numpy, repeat, to_numpy
+from .columns import binary_lengths, binary_span, from_numpy, repeat, single_array, to_numpy
 from .limits import INT_MAX, LONG_MAX
 
 NO_PRODUCER_ID = -1
@@ -156,6 +156,17 @@ def timestamp_problem(timestamp: object) -> str | None:
     return None
 
 
+def check_timestamp_extremes(smallest: int | None, largest: int | None) -> None:
+    """Raise :class:`InvalidRecordError` unless the smallest and largest timestamps of an append (None: all
+    null, a send without one) pass :func:`timestamp_problem`."""
+    for extreme in (smallest, largest):
+        problem = None if extreme is None else timestamp_problem(extreme)
+        if problem is not None:
+            from .errors import InvalidRecordError
+
+            raise InvalidRecordError(f"column 'timestamp': {problem}")
+
+
 def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     """Turn a user's table (``key``, ``value``, optional ``timestamp`` and ``headers``) into rows in
     :data:`SCHEMA`. Offsets are placeholders (the log assigns them); producer fields say "none"."""
@@ -194,13 +205,9 @@ def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
         if n:  # the smallest and largest, before a cast to int64 could wrap or refuse them
             if plain:  # read with numpy: one small append would otherwise pay for Arrow compute calls
                 values = to_numpy(timestamp)
-                extremes: list[int | None] = [int(values.min()), int(values.max())]
+                check_timestamp_extremes(int(values.min()), int(values.max()))
             else:
-                extremes = [extreme.as_py() for extreme in pc.min_max(timestamp).values()]
-            for extreme in extremes:
-                problem = None if extreme is None else timestamp_problem(extreme)
-                if problem is not None:
-                    raise InvalidRecordError(f"column 'timestamp': {problem}")
+                check_timestamp_extremes(*(extreme.as_py() for extreme in pc.min_max(timestamp).values()))
         if not plain:
             timestamp = pa.compute.fill_null(timestamp.cast(pa.int64()), now_ms)
     else:
@@ -282,16 +289,79 @@ def producer_rows(rows: pa.Table, producer_id: int, epoch: int, base_sequence: i
     sequences from ``base_sequence`` (wrapping past ``INT_MAX`` to 0, as Kafka's), and whether it is
     transactional. One table is built, not one per field."""
     n = rows.num_rows
-    if base_sequence + n - 1 <= INT_MAX:  # no wrap: the common case, without the modulo and the cast
-        sequences = np.arange(base_sequence, base_sequence + n, dtype=np.int32)
-    else:
-        sequences = ((base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)).astype(np.int32)
     columns = rows.columns
     for index, values in zip(_PRODUCER_FIELDS, (repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
-                                                from_numpy(sequences),
+                                                from_numpy(producer_sequences(base_sequence, n)),
                                                 constant_chunks(bool(transactional), pa.bool_(), n)), strict=True):
         columns[index] = values
     return pa.Table.from_arrays(columns, schema=SCHEMA)
+
+
+def producer_sequences(base_sequence: int, n: int) -> np.ndarray:
+    """The sequences of ``n`` records from ``base_sequence`` (int32), wrapping past ``INT_MAX`` to 0 as
+    Kafka's do."""
+    if base_sequence + n - 1 <= INT_MAX:  # no wrap: the common case, without the modulo and the cast
+        return np.arange(base_sequence, base_sequence + n, dtype=np.int32)
+    return ((base_sequence + np.arange(n, dtype=np.int64)) % (INT_MAX + 1)).astype(np.int32)
+
+
+class RecordColumns(NamedTuple):
+    """One batch's records as the columns a producer sets, in :data:`SCHEMA`'s types, one array each:
+    ``timestamp`` (int64, not null), ``key`` and ``value`` (binary), ``headers`` (:data:`HEADER_TYPE`; None
+    when no record has headers). What a log appends as one producer batch without a table of SCHEMA."""
+
+    timestamp: pa.Array
+    key: pa.Array
+    value: pa.Array
+    headers: pa.Array | None
+    key_value_bytes: int  # the bytes the key and value columns span (binary_span): at least their values' sum
+    min_timestamp: int  # the smallest and largest timestamp (-1 for no records)
+    max_timestamp: int
+
+
+def record_columns(rows: pa.Table | pa.RecordBatch) -> RecordColumns:
+    """The :class:`RecordColumns` of rows in :data:`SCHEMA` (chunks combined)."""
+    headers = single_array(rows.column("headers"))
+    key, value, timestamp = (single_array(rows.column(name)) for name in ("key", "value", "timestamp"))
+    return RecordColumns(timestamp, key, value, None if headers.null_count == len(headers) else headers,
+                         binary_span(key) + binary_span(value), *timestamp_extremes(timestamp))
+
+
+def timestamp_extremes(timestamp: pa.Array) -> tuple[int, int]:
+    """The smallest and largest of a not-null int64 column, (-1, -1) when it is empty."""
+    values = to_numpy(timestamp)
+    return (int(values.min()), int(values.max())) if len(values) else (-1, -1)
+
+
+def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | None, first_offset: int,
+                 start: int, end: int) -> list[pa.Array]:
+    """The stored columns (SCHEMA's order) of rows ``start..end`` of one batch appended at ``first_offset``:
+    offset, timestamp, key, value, the headers if any record has some, and for a producer ``(id, epoch,
+    base sequence, transactional)`` its id, epoch and sequences, and the transactional flag when set. The
+    columns left out hold their defaults (:func:`compactlog.active_segment.batch_omitted`)."""
+    n = end - start
+    whole = start == 0 and n == len(columns.key)
+    arrays = [_numbers(_INT64, n, np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
+    stored = [columns.timestamp, columns.key, columns.value]
+    if columns.headers is not None:
+        stored.append(columns.headers)
+    arrays += stored if whole else [column.slice(start, n) for column in stored]
+    if producer is not None:
+        producer_id, epoch, base_sequence, transactional = producer
+        arrays += [_numbers(_INT64, n, np.full(n, producer_id, np.int64)),
+                   _numbers(_INT16, n, np.full(n, epoch, np.int16)),
+                   _numbers(_INT32, n, producer_sequences((base_sequence + start) % (INT_MAX + 1), n))]
+        if transactional:
+            arrays.append(constant_column(True, pa.bool_(), n))
+    return arrays
+
+
+_INT64, _INT32, _INT16 = pa.int64(), pa.int32(), pa.int16()
+
+
+def _numbers(type_: pa.DataType, n: int, values: np.ndarray) -> pa.Array:
+    """A not-null array of ``type_`` over a contiguous numpy array of its width (no checks, no copy)."""
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 
 
 def read_columns(columns: Sequence[str] | None) -> list[str]:
@@ -310,7 +380,7 @@ def read_columns(columns: Sequence[str] | None) -> list[str]:
 
 def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic: str) -> None:
     """Kafka's append-time validation: keys on compacted topics, ``max.message.bytes``."""
-    from .errors import InvalidRecordError, RecordTooLargeError
+    from .errors import InvalidRecordError
 
     keys = rows.column("key")
     if compacted and keys.null_count:  # a null key is allowed on a control row only
@@ -319,14 +389,27 @@ def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic
             raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
     if rows.num_rows == 0:
         return
-    headers = rows.column("headers")
-    if headers.null_count == len(headers) and (binary_span(keys) + binary_span(rows.column("value"))
-                                               + RECORD_OVERHEAD_BYTES <= max_message_bytes):
+    values = rows.column("value")
+    check_record_sizes(keys, values, rows.column("headers"), binary_span(keys) + binary_span(values),
+                       max_message_bytes=max_message_bytes, topic=topic)
+
+
+def check_record_sizes(keys: pa.Array | pa.ChunkedArray, values: pa.Array | pa.ChunkedArray,
+                       headers: pa.Array | pa.ChunkedArray | None, key_value_bytes: int, *, max_message_bytes: int,
+                       topic: str) -> None:
+    """Kafka's ``max.message.bytes`` for each record (:func:`record_size`) of not-empty columns (headers
+    None: no record has any; ``key_value_bytes``: the bytes the keys and values span, :func:`binary_span`):
+    else :class:`RecordTooLargeError`."""
+    from .errors import RecordTooLargeError
+
+    if headers is not None and headers.null_count == len(headers):
+        headers = None
+    if headers is None and key_value_bytes + RECORD_OVERHEAD_BYTES <= max_message_bytes:
         return  # all the rows' keys and values together fit: so does the largest record
     # Lengths read from the offsets buffers (numpy): one small append would otherwise pay for several
     # Arrow compute calls.
-    sizes = binary_lengths(keys) + binary_lengths(rows.column("value"))
-    if headers.null_count < len(headers):  # as record_size counts them for a send
+    sizes = binary_lengths(keys) + binary_lengths(values)
+    if headers is not None:  # as record_size counts them for a send
         sizes += to_numpy(pa.compute.fill_null(header_bytes(headers), 0))
     largest = int(sizes.max()) + RECORD_OVERHEAD_BYTES
     if largest > max_message_bytes:

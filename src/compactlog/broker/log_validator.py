@@ -64,5 +64,5 @@ def check_batches(batches: list[ProducedBatch], *, compacted: bool, max_message_
         if batch.producer_id >= 0 and batch.base_sequence < 0:
             raise InvalidRecordError(f"{where}: sequence {batch.base_sequence} in a batch of producer id "
                                      f"{batch.producer_id}")
-        if compacted and batch.records.column("key").null_count:
+        if compacted and batch.columns.key.null_count:
             raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")

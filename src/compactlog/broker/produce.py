@@ -32,7 +32,9 @@ from typing import Any
 
 from ..errors import CompactLogError
 from ..log import Log
-from ..protocol.record_batch import decode_batches
+from ..producer_state import check_batch_fields
+from ..protocol.record_batch import ProducedBatch, decode_batches
+from ..record import check_record_sizes, check_timestamp_extremes
 from ..store import Store
 from .context import BrokerContext, open_log
 from .error_codes import INVALID_REQUIRED_ACKS, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_code
@@ -135,12 +137,10 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
                 if batch.is_transactional and transactional_id is not None:
                     store.transactions.check_in_transaction(transactional_id, batch.producer_id,
                                                             batch.producer_epoch, (topic, partition))
-                result = store.append(topic, partition, batch.records.select(["key", "value", "timestamp", "headers"]),
-                                      producer_id=batch.producer_id if batch.producer_id >= 0 else None,
-                                      producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-                                      transactional=batch.is_transactional, flush=False)
+                store.check_writable(f"append to {where}")
+                first = _append_batch(log, batch, config.max_message_bytes, topic)
                 if base_offset < 0:
-                    base_offset = result.base_offset
+                    base_offset = first
             log_start_offset = log.log_start_offset
         log_append = config.message_timestamp_type == "LogAppendTime"
         return _partition_result(partition, NONE, base_offset, store.clock() if log_append else NO_TIMESTAMP,
@@ -148,3 +148,18 @@ def _append_partition(store: Store, topic: str, partition: int, records: bytes |
     except CompactLogError as e:
         return _partition_result(partition, error_code(e), -1, NO_TIMESTAMP, -1, str(e))
 
+
+def _append_batch(log: Log, batch: ProducedBatch, max_message_bytes: int, topic: str) -> int:
+    """Append one checked batch (unflushed) as :meth:`compactlog.store.Store.append` appends a table of its
+    records, with the same checks (timestamps, ``max.message.bytes`` per record, the producer fields), from
+    the decoded columns directly: no table of SCHEMA is built. Returns its first offset (a duplicate's
+    original one)."""
+    columns = batch.columns
+    check_timestamp_extremes(columns.min_timestamp, columns.max_timestamp)
+    check_record_sizes(columns.key, columns.value, columns.headers, columns.key_value_bytes,
+                       max_message_bytes=max_message_bytes, topic=topic)
+    if batch.producer_id < 0:
+        return log.append(columns, flush=False)[0]
+    check_batch_fields(batch.producer_id, batch.producer_epoch, batch.base_sequence)
+    return log.append_producer_batch(columns, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+                                     batch.is_transactional, flush=False)[0]

@@ -23,22 +23,27 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from ..active_segment import ActiveSegment, omitted_columns, stored_columns, sync_and_close
+from ..active_segment import ActiveSegment, encode_stored, sync_and_close
 from ..cleaner.plan import SegmentStats, idle_roll_due, should_roll
-from ..columns import from_numpy, repeat, to_numpy
+from ..columns import repeat
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
 from ..faults import fault_point, io_fault
-from ..frame_plan import fits_one_frame, plan_frames, row_sizes
+from ..frame_plan import PlannedFrames, batch_frames, table_frames
 from ..limits import INT_MAX
 from ..producer_state import AbortedTxn
-from ..record import SCHEMA, producer_rows
+from ..record import (
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    SCHEMA,
+    RecordColumns,
+    record_columns,
+)
 from ..sealed_segment import SealedSegment
 from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
 from . import loader, reads, swap
@@ -47,14 +52,7 @@ from .frame_encoder import encode_ahead
 from .marker_frame import MARKER_FRAME_BYTES, marker_frame
 from .producers import PRODUCER_COLUMNS, LogProducerState
 
-# The columns an idempotent producer's rows always store (not their defaults), and the transactional flag's bit.
-_PRODUCER_BITS = sum(1 << SCHEMA.get_field_index(name)
-                     for name in ("producer_id", "producer_epoch", "sequence", "is_transactional"))
-_TRANSACTIONAL_BIT = 1 << SCHEMA.get_field_index("is_transactional")
 _SEQUENCES = INT_MAX + 1  # sequences wrap past INT_MAX to 0, as Kafka's
-def _int64s(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """An integer column without nulls as a numpy int64 array."""
-    return to_numpy(column).astype(np.int64, copy=False)
 
 
 class Log:
@@ -117,18 +115,15 @@ class Log:
         """Catch up with changes made by other processes (called under the lock). The directory is listed
         again only when its stamp changed since it was listed (a file created, renamed or removed: a roll, a
         swap, retention); an append by another process only grows the active file."""
-        if self._listed is not None and directory_stamp(self.directory) == self._listed:
-            self._take_in_growth()
-            return
-        listed = listing_stamp(self.directory)
-        if not segments_changed(self.directory, {s.base_offset: s.inode for s in self._sealed},
-                                self._active.base_offset):
+        if self._listed is None or directory_stamp(self.directory) != self._listed:
+            listed = listing_stamp(self.directory)
+            if segments_changed(self.directory, {s.base_offset: s.inode for s in self._sealed},
+                                self._active.base_offset):  # rolled, swapped, retention-deleted or replaced
+                self._sealed, self._active = self._open()
+                self._listed = listed
+                return
             self._listed = listed
-            self._take_in_growth()
-            return
-        # Rolled, swapped, retention-deleted or replaced (a topic deleted and created again) elsewhere.
-        self._sealed, self._active = self._open()
-        self._listed = listed
+        self._take_in_growth()
 
     def _take_in_growth(self) -> None:
         """Take in the frames other processes appended to the active segment since this log last looked."""
@@ -144,10 +139,7 @@ class Log:
         current.scan(truncate=not self.read_only)
         for batch in current.read_batches(before):
             if batch.num_rows:
-                self._apply_rows(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS))
-
-    def _apply_rows(self, rows: pa.Table) -> None:
-        self._producers.apply(rows, self._active.base_offset)
+                self._producers.apply(pa.Table.from_batches([batch]).select(PRODUCER_COLUMNS), current.base_offset)
 
     @property
     def active(self) -> ActiveSegment:
@@ -185,10 +177,11 @@ class Log:
 
     # -- append and roll ---------------------------------------------------------------------------------
 
-    def append(self, rows: pa.RecordBatch | pa.Table, flush: bool = True) -> tuple[int, int]:
-        """Append rows (SCHEMA without meaningful offsets: they are assigned here), in order, under the lock.
-        Each frame is all or nothing; rows spanning several frames may keep a prefix after a crash. An I/O
-        error raises :class:`~compactlog.errors.KafkaStorageError` and cuts the append's frames from the
+    def append(self, rows: pa.RecordBatch | pa.Table | RecordColumns, flush: bool = True) -> tuple[int, int]:
+        """Append rows (SCHEMA without meaningful offsets: they are assigned here; or one batch's
+        :class:`~compactlog.record.RecordColumns`, data records without a producer id), in order, under the
+        lock. Each frame is all or nothing; rows spanning several frames may keep a prefix after a crash. An
+        I/O error raises :class:`~compactlog.errors.KafkaStorageError` and cuts the append's frames from the
         active segment (a prefix sealed by a roll part-way stays, as after a crash).
 
         Returns ``(first_offset, append_time_ms)``. With ``flush`` the rows are fsynced before returning.
@@ -198,64 +191,82 @@ class Log:
         for compacted topics at most ``max.compaction.lag.ms``) after the segment's first timestamp
         (Kafka's ``LogSegment.shouldRoll``: so loading old data does not roll at every append).
         """
-        return self._append(rows, flush, None)
-
-    def _append(self, rows: pa.RecordBatch | pa.Table, flush: bool,
-                producer: tuple[int, int, int, bool] | None) -> tuple[int, int]:
-        """:meth:`append`; ``producer`` ``(id, epoch, base sequence, transactional)`` when ``rows`` are one
-        batch of that producer (:func:`compactlog.record.producer_rows`): its state then follows each frame
-        from the frame's ends instead of its columns."""
+        if isinstance(rows, RecordColumns):
+            with self.locked():
+                return self._append_records(rows, None, flush)
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
         with self.locked():
             now = self._clock()
             config = self._config()
-            n = table.num_rows
             if config.message_timestamp_type == "LogAppendTime":
-                table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), n))
+                table = table.set_column(1, SCHEMA.field(1), repeat(now, pa.int64(), table.num_rows))
             first_offset = self._active.next_offset
-            if producer is None:
-                omitted = omitted_columns(table)
-            else:  # its id, epoch and sequences are stored; is_transactional is omitted unless set
-                omitted = omitted_columns(table, _PRODUCER_BITS) | (0 if producer[3] else _TRANSACTIONAL_BIT)
-            timestamps = _int64s(table.column(1))
-            stats = SegmentStats.from_meta(self._active.meta())
-            if n and fits_one_frame(stats, table, omitted, int(timestamps.max()), config.segment_bytes,
-                                    config.roll_ms):
-                frames = [(0, n, False)]
-            else:
-                frames = plan_frames(stats, row_sizes(table, omitted), timestamps, config.segment_bytes,
-                                     config.roll_ms)
-            stored = table.select(stored_columns(omitted)[1])
-            batches = []
-            for start, end, _ in frames:
-                offsets = np.arange(first_offset + start, first_offset + end, dtype=np.int64)
-                chunk = stored.slice(start, end - start).set_column(0, SCHEMA.field(0), from_numpy(offsets))
-                batches.append(chunk.combine_chunks().to_batches()[0])
-            active, size = self._active, self._active.size
-            try:
-                for (start, _, roll_first), batch, (header, payload) in zip(
-                        frames, batches, encode_ahead(batches, omitted), strict=True):
-                    if roll_first:
-                        self._roll()
-                    self._append_frame(header, payload, batch)
-                    if producer is None:
-                        rows = table.slice(start, batch.num_rows)
-                        self._apply_rows(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0),
-                                                                                  batch.column(0)))
-                    else:
-                        last = start + batch.num_rows - 1
-                        producer_id, epoch, base_sequence, transactional = producer
-                        self._producers.apply_batch(
-                            producer_id, epoch, (base_sequence + start) % _SEQUENCES,
-                            (base_sequence + last) % _SEQUENCES, first_offset + start, first_offset + last,
-                            int(timestamps[start]), int(timestamps[last]), transactional)
-                if flush:
-                    sync_and_close(self._active.open_for_sync())
-            except OSError as e:
-                self._undo_append(active, size)
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: append of {n} rows at offset "
-                                        f"{first_offset} failed and is not acknowledged: {e}") from e
+            planned = table_frames(SegmentStats.from_meta(self._active.meta()), table, first_offset,
+                                   config.segment_bytes, config.roll_ms)
+
+            def apply(start: int, batch: pa.RecordBatch) -> None:
+                rows = table.slice(start, batch.num_rows)
+                self._producers.apply(rows.select(PRODUCER_COLUMNS).set_column(0, SCHEMA.field(0), batch.column(0)),
+                                      self._active.base_offset)
+
+            self._write_frames(planned, encode_ahead(planned.batches, planned.omitted), apply, flush,
+                               f"append of {table.num_rows} rows at offset {first_offset}")
             return first_offset, now
+
+    def _append_records(self, columns: RecordColumns, producer: tuple[int, int, int, bool] | None,
+                        flush: bool) -> tuple[int, int]:
+        """:meth:`append` of one batch's records, of a producer ``(id, epoch, base sequence,
+        transactional)`` or of none: the same frames, rolls and producer state as for its rows in SCHEMA
+        (:func:`~compactlog.record.producer_rows`), the stored columns built from the batch's own
+        (:func:`~compactlog.frame_plan.batch_frames`) and the producer state following each frame from its
+        ends. The caller holds the lock."""
+        now = self._clock()
+        config = self._config()
+        if config.message_timestamp_type == "LogAppendTime":
+            columns = columns._replace(timestamp=repeat(now, pa.int64(), len(columns.key)), min_timestamp=now,
+                                       max_timestamp=now)
+        first_offset = self._active.next_offset
+        planned = batch_frames(SegmentStats.from_meta(self._active.meta()), columns, producer, first_offset,
+                               config.segment_bytes, config.roll_ms)
+        producer_id, epoch, base_sequence, transactional = producer or (NO_PRODUCER_ID, NO_EPOCH, 0, False)
+        timestamps = planned.timestamps
+
+        def apply(start: int, batch: pa.RecordBatch) -> None:
+            last = start + batch.num_rows - 1
+            self._producers.apply_batch(producer_id, epoch, (base_sequence + start) % _SEQUENCES,
+                                        (base_sequence + last) % _SEQUENCES, first_offset + start,
+                                        first_offset + last, int(timestamps[start]), int(timestamps[last]),
+                                        transactional)
+
+        n = len(columns.key)
+        encoded: Iterable[tuple[bytes, pa.Buffer]]
+        if len(planned.batches) == 1:  # its bounds are known: not read back from its columns
+            encoded = [encode_stored(planned.batches[0], planned.omitted,
+                                     (first_offset, first_offset + n - 1, int(timestamps[0]), planned.max_timestamp))]
+        else:
+            encoded = encode_ahead(planned.batches, planned.omitted)
+        self._write_frames(planned, encoded, apply, flush, f"append of {n} rows at offset {first_offset}")
+        return first_offset, now
+
+    def _write_frames(self, planned: PlannedFrames, encoded: Iterable[tuple[bytes, pa.Buffer]],
+                      apply: Callable[[int, pa.RecordBatch], None], flush: bool, what: str) -> None:
+        """Write an append's encoded frames, rolling where planned, ``apply`` each to the producer state once
+        written, then fsync with ``flush``. An I/O error cuts the append's frames (:meth:`_undo_append`)
+        and is a KafkaStorageError (the caller holds the lock)."""
+        active, size = self._active, self._active.size
+        try:
+            for (start, _, roll_first), batch, (header, payload) in zip(planned.frames, planned.batches, encoded,
+                                                                        strict=True):
+                if roll_first:
+                    self._roll()
+                self._append_frame(header, payload, batch)
+                apply(start, batch)
+            if flush:
+                sync_and_close(self._active.open_for_sync())
+        except OSError as e:
+            self._undo_append(active, size)
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: {what} failed and is not acknowledged: "
+                                    f"{e}") from e
 
     def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
                       controls: int | None = None) -> None:
@@ -278,18 +289,19 @@ class Log:
         finally:
             self._sealed, self._active = self._open()
 
-    def append_producer_batch(self, rows: pa.Table, producer_id: int, epoch: int, base_sequence: int,
+    def append_producer_batch(self, rows: pa.Table | RecordColumns, producer_id: int, epoch: int, base_sequence: int,
                               transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
-        """Append an idempotent producer's batch: ``(first_offset, append_time, duplicate)``. A retried
-        batch (same producer, epoch and sequences) is not appended again: its original offsets come back."""
-        n = rows.num_rows
-        last_sequence = (base_sequence + n - 1) % (INT_MAX + 1)
+        """Append an idempotent producer's batch (data rows in SCHEMA, of which only the timestamp, key, value
+        and headers are read, or its :class:`~compactlog.record.RecordColumns`): ``(first_offset, append_time,
+        duplicate)``. A retried batch (same producer, epoch and sequences) is not appended again: its original
+        offsets come back."""
+        columns = rows if isinstance(rows, RecordColumns) else record_columns(rows)
+        last_sequence = (base_sequence + len(columns.key) - 1) % _SEQUENCES
         with self.locked():
             duplicate = self._producers.manager.check_batch(producer_id, epoch, base_sequence, last_sequence)
             if duplicate is not None:
                 return duplicate.first_offset, self._clock(), True
-            rows = producer_rows(rows, producer_id, epoch, base_sequence, transactional)
-            first, now = self._append(rows, flush, (producer_id, epoch, base_sequence, transactional))
+            first, now = self._append_records(columns, (producer_id, epoch, base_sequence, transactional), flush)
             return first, now, False
 
     def append_marker(self, producer_id: int, epoch: int, control_type: int, flush: bool = True) -> int:

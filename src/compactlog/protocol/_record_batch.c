@@ -162,6 +162,7 @@ typedef struct {
     /* header entries: growable */
     Growable hkey_offsets, hkey_data, hvalue_offsets, hvalue_data, hvalue_valid;
     int64_t header_count, hvalue_nulls;
+    int64_t timestamp_min, timestamp_max; /* over every record decoded */
     char error[200];
 } Decoded;
 
@@ -193,7 +194,12 @@ static int decode_section(Decoded *d, const uint8_t *p, const uint8_t *end, int6
         if ((rc = read_varint(&p, record_end, &offset_delta)) != 0)
             FAIL("batch %lld record %d: offsetDelta varint %s", (long long)batch, r, varint_problem(rc));
         d->offset_delta[row] = offset_delta;
-        d->timestamp[row] = fixed ? fixed_timestamp : (int64_t)((uint64_t)base_timestamp + (uint64_t)timestamp_delta);
+        int64_t timestamp = fixed ? fixed_timestamp : (int64_t)((uint64_t)base_timestamp + (uint64_t)timestamp_delta);
+        d->timestamp[row] = timestamp;
+        if (timestamp < d->timestamp_min)
+            d->timestamp_min = timestamp;
+        if (timestamp > d->timestamp_max)
+            d->timestamp_max = timestamp;
 
         int32_t n;
         if ((rc = read_varint(&p, record_end, &n)) != 0)
@@ -311,7 +317,8 @@ static PyObject *new_bytes(Py_ssize_t n, uint8_t **data, int zero) {
     return b;
 }
 
-/* decode_records(sections, counts, base_timestamps, fixed, fixed_timestamps) -> tuple of column buffers.
+/* decode_records(sections, counts, base_timestamps, fixed, fixed_timestamps) -> tuple of column buffers, then
+ * the smallest and the largest timestamp of all the records (INT64_MAX and INT64_MIN when there are none).
  * sections: a list of buffers, one batch's (uncompressed) records each; counts int32, base_timestamps
  * int64, fixed uint8 (1: every record's timestamp is fixed_timestamps[b], Kafka's LogAppendTime),
  * fixed_timestamps int64: one per batch. */
@@ -384,6 +391,8 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
     if (!(key_data = new_bytes(bytes, &d.key_data, 0)) || !(value_data = new_bytes(bytes, &d.value_data, 0)))
         goto done;
     d.key_offsets[0] = d.value_offsets[0] = d.header_list_offsets[0] = 0;
+    d.timestamp_min = INT64_MAX;
+    d.timestamp_max = INT64_MIN;
     int32_t zero = 0;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -408,12 +417,13 @@ static PyObject *decode_records(PyObject *self, PyObject *args) {
     }
     if (_PyBytes_Resize(&key_data, d.key_used) < 0 || _PyBytes_Resize(&value_data, d.value_used) < 0)
         goto done;
-    result = Py_BuildValue("(NNNNNLNNNLNNLNNNNNLL)", offset_delta, timestamp, key_valid, key_offsets, key_data,
+    result = Py_BuildValue("(NNNNNLNNNLNNLNNNNNLLLL)", offset_delta, timestamp, key_valid, key_offsets, key_data,
                            (long long)d.key_nulls, value_valid, value_offsets, value_data, (long long)d.value_nulls,
                            headers_valid, header_list_offsets, (long long)d.header_nulls,
                            growable_bytes(&d.hkey_offsets), growable_bytes(&d.hkey_data),
                            growable_bytes(&d.hvalue_valid), growable_bytes(&d.hvalue_offsets),
-                           growable_bytes(&d.hvalue_data), (long long)d.hvalue_nulls, (long long)d.header_count);
+                           growable_bytes(&d.hvalue_data), (long long)d.hvalue_nulls, (long long)d.header_count,
+                           (long long)d.timestamp_min, (long long)d.timestamp_max);
     /* Py_BuildValue's N took the references (also on failure) */
     offset_delta = timestamp = key_valid = key_offsets = key_data = value_valid = value_offsets = value_data =
         headers_valid = header_list_offsets = NULL;
