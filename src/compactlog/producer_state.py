@@ -111,7 +111,12 @@ class ProducerStateManager:
                     f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_seq}")
             return None
         for batch in entry.batches:
-            if batch.first_seq <= first_seq and last_seq <= batch.last_seq:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+            # A part of a kept batch (one frame of a batch split into several) is its duplicate too; a range that
+            # wraps past INT_MAX to 0 is a duplicate only of the same range (its ends are not ordered).
+            if (first_seq <= last_seq and batch.first_seq <= batch.last_seq and batch.first_seq <= first_seq
+                    and last_seq <= batch.last_seq):
                 delta = first_seq - batch.first_seq
                 return BatchMetadata(first_seq, last_seq, batch.first_offset + delta,
                                      batch.first_offset + delta + (last_seq - first_seq))

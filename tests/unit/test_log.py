@@ -16,6 +16,7 @@ from compactlog import (
     CorruptSegmentError,
     InvalidRecordError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     active_segment,
 )
@@ -799,3 +800,17 @@ def test_a_producer_batch_sequence_wraps_past_int_max_to_zero(store: compactlog.
     assert set(read.column("producer_id").to_pylist()) == {7}
     assert set(read.column("producer_epoch").to_pylist()) == {2}
     assert all(read.column("is_transactional").to_pylist())
+
+
+def test_a_batch_wrapping_past_int_max_is_no_duplicate_of_a_kept_batch_its_ends_fall_in(
+        store: compactlog.Store) -> None:
+    store.create_topic("t")
+    int_max = 2**31 - 1
+    store.append("t", 0, rows(250), producer_id=7, producer_epoch=0, base_sequence=0)
+    with pytest.raises(OutOfOrderSequenceError):  # 2**31 - 100 .. 149 is not within 0 .. 249
+        store.append("t", 0, rows(250, start=250), producer_id=7, producer_epoch=0, base_sequence=int_max - 99)
+    assert store.log_end_offset("t", 0) == 250
+    store.append("t", 0, rows(3, start=250), producer_id=8, producer_epoch=0, base_sequence=int_max - 1)
+    again = store.append("t", 0, rows(3, start=250), producer_id=8, producer_epoch=0, base_sequence=int_max - 1)
+    assert (again.base_offset, again.last_offset) == (250, 252)  # the same wrapped batch is its own duplicate
+    assert store.log_end_offset("t", 0) == 253
