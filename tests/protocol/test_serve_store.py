@@ -3,6 +3,7 @@ the broker appends through, so neither replays the other's changes from the file
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from compactlog.cleaner_service import CleanerService
 from compactlog.cli import serve
 from compactlog.cli.main import build_parser
 from compactlog.log import Log
+from compactlog.log.producers import LogProducerState
 from compactlog.server import Server
 
 # Compacted at once by a pass: the idle active segment rolls (max.compaction.lag.ms 1 ms, records of 2023).
@@ -57,7 +59,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     reload after another Log's roll or swap), and the rows replayed into a producer state from frames another
     Log appended (the broker's idempotent appends update it from the batch, never from rows)."""
     seen: dict[str, Any] = {"logs": [], "loads": 0, "replayed": 0}
-    init, load, apply_rows = Log.__init__, Log._open, Log._apply_rows
+    init, load, apply_rows = Log.__init__, Log._open, LogProducerState.apply
 
     def counting_init(self: Log, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
@@ -69,14 +71,14 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             seen["loads"] += 1
         return load(self)
 
-    def counting_apply(self: Log, rows: Any) -> None:
-        if (self.topic, self.partition) == ("t", 0):
+    def counting_apply(self: LogProducerState, rows: Any, active_base: int) -> None:
+        if os.path.basename(self.directory) == "t-0":
             seen["replayed"] += rows.num_rows
-        apply_rows(self, rows)
+        apply_rows(self, rows, active_base)
 
     monkeypatch.setattr(Log, "__init__", counting_init)
     monkeypatch.setattr(Log, "_open", counting_load)
-    monkeypatch.setattr(Log, "_apply_rows", counting_apply)
+    monkeypatch.setattr(LogProducerState, "apply", counting_apply)
     yield seen
 
 
