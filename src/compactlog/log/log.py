@@ -253,14 +253,21 @@ class Log:
         """Write an append's encoded frames, rolling where planned, ``apply`` each to the producer state once
         written, then fsync with ``flush``. An I/O error cuts the append's frames (:meth:`_undo_append`)
         and is a KafkaStorageError (the caller holds the lock)."""
-        active, size = self._active, self._active.size
-        try:
+        with self._written(what, flush):
             for (start, _, roll_first), batch, (header, payload) in zip(planned.frames, planned.batches, encoded,
                                                                         strict=True):
                 if roll_first:
                     self._roll()
                 self._append_frame(header, payload, batch)
                 apply(start, batch)
+
+    @contextlib.contextmanager
+    def _written(self, what: str, flush: bool) -> Iterator[None]:
+        """Around the writes of one append or marker: fsynced at the end with ``flush``; an I/O error cuts what
+        they wrote (:meth:`_undo_append`) and is a KafkaStorageError (the caller holds the lock)."""
+        active, size = self._active, self._active.size
+        try:
+            yield
             if flush:
                 sync_and_close(self._active.open_for_sync())
         except OSError as e:
@@ -331,20 +338,13 @@ class Log:
         config = self._config()
         roll_first = should_roll(SegmentStats.from_meta(self._active.meta()), MARKER_FRAME_BYTES, now,
                                  segment_bytes=config.segment_bytes, roll_ms=config.roll_ms)
-        active, size = self._active, self._active.size
-        try:
+        with self._written("append of a transaction marker", flush):
             if roll_first:
                 self._roll()
             offset = self._active.next_offset
             header, payload = marker_frame(producer_id, epoch, control_type, now, offset)
             self._append_frame(header, payload, None, controls=1)  # a marker is one control row
             self._producers.apply_marker(producer_id, epoch, control_type, offset, now, self._active.base_offset)
-            if flush:
-                sync_and_close(self._active.open_for_sync())
-        except OSError as e:
-            self._undo_append(active, size)
-            raise KafkaStorageError(f"{self.topic}-{self.partition}: append of a transaction marker failed "
-                                    f"and is not acknowledged: {e}") from e
         return offset
 
     # -- producer state and transactions -------------------------------------------------------------------
