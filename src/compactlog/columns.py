@@ -150,5 +150,7 @@ def from_numpy(values: np.ndarray, type: pa.DataType | None = None) -> pa.Array:
 def repeat(value: object, type: pa.DataType, n: int) -> pa.Array:
     """``n`` copies of a number or bool as a not-null array of ``type`` (``pa.repeat`` without the
     ``pa.scalar`` that imports pandas)."""
-    dtype = np.dtype(bool) if pa.types.is_boolean(type) else np.dtype(type.to_pandas_dtype())
+    dtype = _DTYPES.get(type.id)
+    if dtype is None:
+        dtype = np.dtype(bool) if pa.types.is_boolean(type) else np.dtype(type.to_pandas_dtype())
     return from_numpy(np.full(n, value, dtype=dtype), type)

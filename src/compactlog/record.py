@@ -321,10 +321,14 @@ class RecordColumns(NamedTuple):
 
 def record_columns(rows: pa.Table | pa.RecordBatch) -> RecordColumns:
     """The :class:`RecordColumns` of rows in :data:`SCHEMA` (chunks combined)."""
-    headers = single_array(rows.column("headers"))
-    key, value, timestamp = (single_array(rows.column(name)) for name in ("key", "value", "timestamp"))
-    return RecordColumns(timestamp, key, value, None if headers.null_count == len(headers) else headers,
-                         binary_span(key) + binary_span(value), *timestamp_extremes(timestamp))
+    return columns_of(*(single_array(rows.column(name)) for name in ("timestamp", "key", "value", "headers")))
+
+
+def columns_of(timestamp: pa.Array, key: pa.Array, value: pa.Array, headers: pa.Array | None) -> RecordColumns:
+    """The :class:`RecordColumns` of these columns: the headers None when no record has any, the bytes the
+    keys and values span and the timestamps' extremes read from them."""
+    return RecordColumns(timestamp, key, value, None if headers is None or headers.null_count == len(headers)
+                         else headers, binary_span(key) + binary_span(value), *timestamp_extremes(timestamp))
 
 
 def timestamp_extremes(timestamp: pa.Array) -> tuple[int, int]:
@@ -341,27 +345,18 @@ def batch_arrays(columns: RecordColumns, producer: tuple[int, int, int, bool] | 
     columns left out hold their defaults (:func:`compactlog.active_segment.batch_omitted`)."""
     n = end - start
     whole = start == 0 and n == len(columns.key)
-    arrays = [_numbers(_INT64, n, np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
+    arrays = [from_numpy(np.arange(first_offset + start, first_offset + end, dtype=np.int64))]
     stored = [columns.timestamp, columns.key, columns.value]
     if columns.headers is not None:
         stored.append(columns.headers)
     arrays += stored if whole else [column.slice(start, n) for column in stored]
     if producer is not None:
         producer_id, epoch, base_sequence, transactional = producer
-        arrays += [_numbers(_INT64, n, np.full(n, producer_id, np.int64)),
-                   _numbers(_INT16, n, np.full(n, epoch, np.int16)),
-                   _numbers(_INT32, n, producer_sequences((base_sequence + start) % (INT_MAX + 1), n))]
+        arrays += [repeat(producer_id, pa.int64(), n), repeat(epoch, pa.int16(), n),
+                   from_numpy(producer_sequences((base_sequence + start) % (INT_MAX + 1), n))]
         if transactional:
             arrays.append(constant_column(True, pa.bool_(), n))
     return arrays
-
-
-_INT64, _INT32, _INT16 = pa.int64(), pa.int32(), pa.int16()
-
-
-def _numbers(type_: pa.DataType, n: int, values: np.ndarray) -> pa.Array:
-    """A not-null array of ``type_`` over a contiguous numpy array of its width (no checks, no copy)."""
-    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(values)])
 
 
 def read_columns(columns: Sequence[str] | None) -> list[str]:

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..columns import binary_lengths, binary_span
+from ..columns import binary_lengths
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..record import (
     CONTROL_ABORT,
@@ -52,9 +52,9 @@ from ..record import (
     CONTROL_EMPTY_BATCH,
     HEADER_TYPE,
     RecordColumns,
+    columns_of,
     constant_column,
     header_bytes,
-    timestamp_extremes,
 )
 from . import _record_batch
 from .batch_plan import batch_starts
@@ -204,9 +204,8 @@ def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | 
 def _slice_columns(columns: RecordColumns, start: int, n: int) -> RecordColumns:
     """Rows ``start..start + n`` of one batch's columns (headers None when none of them has any)."""
     headers = None if columns.headers is None else columns.headers.slice(start, n)
-    key, value, timestamp = (column.slice(start, n) for column in (columns.key, columns.value, columns.timestamp))
-    return RecordColumns(timestamp, key, value, None if headers is None or headers.null_count == n else headers,
-                         binary_span(key) + binary_span(value), *timestamp_extremes(timestamp))
+    return columns_of(columns.timestamp.slice(start, n), columns.key.slice(start, n), columns.value.slice(start, n),
+                      headers)
 
 
 def _decode_records(sections: list[memoryview | bytes], counts: bytes, base_timestamps: bytes, log_append: bytes,
