@@ -103,14 +103,14 @@ class Store:
         self.clock: Callable[[], int] = clock if clock is not None else wall_clock_ms
         self.broker: BrokerConfig = load_broker_config(self.data_dir)
         self.checkpoint = CheckpointFile(os.path.join(self.data_dir, CHECKPOINT_FILE))
+        self._topics_dir = os.path.join(self.data_dir, TOPICS_DIR)
         if not self.read_only:
             if not os.path.exists(self.checkpoint.path):
                 self.checkpoint.write({})
             self.checkpoint.remove_stale_tmp()
-            remove_stale_tmp(os.path.join(self.data_dir, TOPICS_DIR))
-            finish_pending_deletions(self.data_dir, os.path.join(self.data_dir, TOPICS_DIR), self.checkpoint)
+            remove_stale_tmp(self._topics_dir)
+            finish_pending_deletions(self.data_dir, self._topics_dir, self.checkpoint)
         self._topics: dict[str, TopicMetadata] = {}
-        self._topics_dir = os.path.join(self.data_dir, TOPICS_DIR)
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_topic_ids: dict[tuple[str, int], str | None] = {}
         # Threads share a store (serve's broker threads and cleaner): one Log per partition, opened under
@@ -204,7 +204,7 @@ class Store:
 
     def topics(self) -> list[str]:
         self._check_open()
-        names = os.listdir(os.path.join(self.data_dir, TOPICS_DIR))
+        names = os.listdir(self._topics_dir)
         return sorted(n[: -len(".json")] for n in names if n.endswith(".json"))
 
     def topic_config(self, topic: str) -> TopicConfig:
@@ -240,7 +240,7 @@ class Store:
             log = self._logs.pop((topic, partition), None)
             if log is not None:
                 log.close()
-        delete_topic_files(self.data_dir, os.path.join(self.data_dir, TOPICS_DIR), topic, meta.partitions,
+        delete_topic_files(self.data_dir, self._topics_dir, topic, meta.partitions,
                            meta.topic_id, self.checkpoint)
         self._topics.pop(topic, None)
 
