@@ -49,6 +49,15 @@ TARGET_TXN, TARGET_GROUP = 0.7, 0.9
 DEFAULT_CONSUMER_CONFIG = ["heartbeat.interval.ms=300"]
 
 
+def prepare(data_dir: str, properties: str) -> None:
+    """The benchmark's two compacted topics of :data:`PARTITIONS` in ``data_dir``, and its server.properties."""
+    with compactlog.open(data_dir) as store:
+        for topic in (TOPIC, TXN_TOPIC):
+            store.create_topic(topic, PARTITIONS, {"cleanup.policy": "compact"})
+    with open(os.path.join(data_dir, "server.properties"), "w") as f:
+        f.write(properties)
+
+
 def produce(broker: str, topic: str, records: int, keys: int, transactional: bool,
             phases: list[tuple[float, float]] | None = None) -> float:
     """Produce ``records``; returns the seconds taken. With ``phases``, each transaction appends to it the
@@ -166,11 +175,7 @@ def main() -> None:
           f"{''.join(f' {key}={value}' for key, value in consumer_config.items())}")
     print("load average at start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     with tempfile.TemporaryDirectory() as data_dir:
-        with compactlog.open(data_dir) as store:
-            for topic in (TOPIC, TXN_TOPIC):
-                store.create_topic(topic, PARTITIONS, {"cleanup.policy": "compact"})
-        with open(os.path.join(data_dir, "server.properties"), "w") as properties:
-            properties.write("group.initial.rebalance.delay.ms=0\nlog.cleaner.backoff.ms=3600000\n")
+        prepare(data_dir, "group.initial.rebalance.delay.ms=0\nlog.cleaner.backoff.ms=3600000\n")
         proc, broker = start_broker(data_dir)
         try:
             cpu = cpu_seconds(proc.pid)

@@ -64,7 +64,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,8 +108,11 @@ class Round:
 TOPIC = "bench"
 
 
-def start_broker(data_dir: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "compactlog", "--data-dir", data_dir, "serve", "--in-process",
+def start_broker(data_dir: str, command: Sequence[str] = (sys.executable, "-m", "compactlog")
+                 ) -> tuple[subprocess.Popen[str], str]:
+    """``<command> serve --in-process`` on ``data_dir``, listening on a free loopback port; returns the process
+    and its ``host:port``."""
+    proc = subprocess.Popen([*command, "--data-dir", data_dir, "serve", "--in-process",
                              "--metrics-address", "127.0.0.1:0", "--listeners", "PLAINTEXT://127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline() if proc.stdout else ""

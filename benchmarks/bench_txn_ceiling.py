@@ -27,30 +27,32 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import banner
-from bench_groups import PARTITIONS, TARGET_TXN, TOPIC, TXN_SIZE, TXN_TOPIC, produce
+from bench_groups import PARTITIONS, TARGET_TXN, TOPIC, TXN_SIZE, TXN_TOPIC, prepare, produce
+from bench_protocol import start_broker
 
-import compactlog
-
-MODES = ("real", "storage-free")
 STORAGE_FREE_FLAG = "--storage-free-broker"
+# How each broker is started: compactlog's own entry point, or this file's storage_free_broker.
+COMMANDS = {"real": (sys.executable, "-m", "compactlog"), "storage-free": (sys.executable, __file__, STORAGE_FREE_FLAG)}
+MODES = tuple(COMMANDS)
 
 
 def storage_free_broker(argv: list[str]) -> int:
     """Run ``compactlog`` with ``argv`` in this process, with produced batches and fsyncs costing nothing."""
     import compactlog.broker.produce as produce_module
     from compactlog.cli.main import main
+    from compactlog.log import Log
+    from compactlog.protocol.record_batch import ProducedBatch
 
     next_offset = 0
 
-    def append_nothing(log: object, batch: object, max_message_bytes: int, topic: str) -> int:
+    def append_nothing(log: Log, batch: ProducedBatch, max_message_bytes: int, topic: str) -> int:
         nonlocal next_offset
-        first, next_offset = next_offset, next_offset + batch.record_count  # type: ignore[attr-defined]
+        first, next_offset = next_offset, next_offset + batch.record_count
         return first
 
     produce_module._append_batch = append_nothing
@@ -58,29 +60,12 @@ def storage_free_broker(argv: list[str]) -> int:
     return main(argv)
 
 
-def start(data_dir: str, mode: str) -> tuple[subprocess.Popen[str], str]:
-    prefix = [sys.executable, "-m", "compactlog"] if mode == "real" else [sys.executable, __file__, STORAGE_FREE_FLAG]
-    proc = subprocess.Popen([*prefix, "--data-dir", data_dir, "serve", "--in-process", "--metrics-address",
-                             "127.0.0.1:0", "--listeners", "PLAINTEXT://127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line.startswith("listening on "):
-        proc.kill()
-        proc.wait()
-        raise SystemExit(f"the {mode} broker did not start: {line!r}")
-    return proc, f"127.0.0.1:{line.rsplit(':', 1)[1].strip()}"
-
-
 def measure(mode: str, records: int, keys: int) -> tuple[float, float, list[tuple[float, float]]]:
     """Records/s idempotent and transactional against a new ``mode`` broker, and each transaction's phases."""
     phases: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as data_dir:
-        with compactlog.open(data_dir) as store:
-            for topic in (TOPIC, TXN_TOPIC):
-                store.create_topic(topic, PARTITIONS, {"cleanup.policy": "compact"})
-        with open(os.path.join(data_dir, "server.properties"), "w") as properties:
-            properties.write("log.cleaner.backoff.ms=3600000\n")
-        proc, broker = start(data_dir, mode)
+        prepare(data_dir, "log.cleaner.backoff.ms=3600000\n")
+        proc, broker = start_broker(data_dir, COMMANDS[mode])
         try:
             idempotent = produce(broker, TOPIC, records, keys, transactional=False)
             transactional = produce(broker, TXN_TOPIC, records, keys, transactional=True, phases=phases)
