@@ -129,10 +129,14 @@ class Server:
         """Start, call ``on_started``, wait for SIGTERM or SIGINT (or ``stop``), shut down. Call from the main
         thread."""
         stop = stop or threading.Event()
+        signalled: list[int] = []
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
-            _log.info("%s received: shutting down", signal.Signals(signum).name)
-            stop.set()
+            # A list append and nothing else: no lock may be taken here. The handler runs in the main thread
+            # between two of its bytecodes, wherever it is, including inside stop.wait() while that holds the
+            # Event's lock (after each slice ends); stop.set() or a log line from here would wait on a lock
+            # the interrupted code holds, forever. The loop below acts on it.
+            signalled.append(signum)
 
         previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         with contextlib.ExitStack() as restore:
@@ -143,8 +147,11 @@ class Server:
                 _log.info("server started: %s", ", ".join(c.name for c in self.components))
                 if on_started is not None:
                     on_started()
-                while not stop.wait(SIGNAL_CHECK_S):
+                while not signalled and not stop.wait(SIGNAL_CHECK_S):
                     pass
+                if signalled:
+                    _log.info("%s received: shutting down", signal.Signals(signalled[0]).name)
+                    stop.set()
             finally:
                 self.shutdown()
                 _log.info("server stopped")

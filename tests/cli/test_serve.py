@@ -8,6 +8,7 @@ The test waits on the server's log lines (a reader thread, a queue with a deadli
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -75,6 +76,18 @@ class LogLines:
                 return line
         pytest.fail(f"no log line with {text!r}; the server logged:\n{''.join(self.seen)[-3000:]}")
 
+    def exit_code(self, process: subprocess.Popen[str], timeout_s: float = 10) -> int:
+        """``process``'s exit code once it exits within ``timeout_s``; else the test fails with what it logged
+        (the caller's ``finally`` kills it)."""
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(queue.Empty):
+                while (line := self.lines.get_nowait()) is not None:
+                    self.seen.append(line)
+            logged = "".join(self.seen)[-3000:]
+            pytest.fail(f"still running {timeout_s} s after SIGTERM; the server logged:\n{logged}")
+
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
@@ -131,7 +144,7 @@ def test_serve_cleans_answers_metrics_and_stops_on_sigterm(tmp_path: Path) -> No
             assert [(r.offset, r.key, r.value) for r in store.read("t", 0)] == [(8, b"k0", b"v8"), (9, b"k1", b"v9")]
 
         serve.send_signal(signal.SIGTERM)
-        assert serve.wait(timeout=10) == 0
+        assert log.exit_code(serve) == 0
         log.wait_for("server stopped")
         assert files_in_transit(data) == []
     finally:
@@ -171,7 +184,7 @@ def test_sigterm_during_a_busy_pass_exits_0_and_leaves_every_partition_whole(tmp
         log = LogLines(serve)
         log.wait_for("server started")
         serve.send_signal(signal.SIGTERM)
-        assert serve.wait(timeout=10) == 0
+        assert log.exit_code(serve) == 0
         log.wait_for("server stopped")
     finally:
         if serve.poll() is None:
@@ -215,10 +228,11 @@ def test_serve_creates_a_missing_data_directory_under_its_lock(tmp_path: Path) -
                               "--in-process", "--listeners", "PLAINTEXT://127.0.0.1:0"],
                              env=child_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        LogLines(serve).wait_for("server started")  # .lock, made first, did not make the directory foreign
+        log = LogLines(serve)
+        log.wait_for("server started")  # .lock, made first, did not make the directory foreign
         assert (data / "meta.properties").is_file()
         serve.send_signal(signal.SIGTERM)
-        assert serve.wait(timeout=10) == 0
+        assert log.exit_code(serve) == 0
     finally:
         if serve.poll() is None:
             os.kill(serve.pid, signal.SIGKILL)

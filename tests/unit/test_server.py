@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -112,6 +113,25 @@ def test_a_signal_taken_by_another_thread_still_stops_the_server() -> None:
     assert not watchdog_fired.is_set() and stop.is_set()
     assert calls == ["start listener", "stop listener"]
     assert signal.getsignal(signal.SIGTERM) == before  # the server's handler was taken down again
+
+
+def test_a_signal_handled_while_the_main_thread_holds_the_stop_events_lock_still_stops_the_server() -> None:
+    # stop.wait() holds the Event's lock for a moment after each slice ends, and the signal's handler may run
+    # right then (it did, for a SIGTERM taken by a busy cleaner thread): a handler that called stop.set() there
+    # waited on that lock forever and `compactlog serve` never exited. Here on_started holds the lock while
+    # the handler runs. In a child process, so that a hang fails the test by its deadline.
+    child = """
+import signal, threading
+from compactlog.server import Server
+stop = threading.Event()
+def on_started():
+    with stop._cond:  # the lock stop.wait() holds between its slices
+        signal.raise_signal(signal.SIGTERM)  # the handler runs before raise_signal returns
+Server([]).run_until_signalled(stop, on_started=on_started)
+print("stopped:", stop.is_set())
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=20)
+    assert (done.returncode, done.stdout) == (0, "stopped: True\n"), done.stderr
 
 
 def test_one_server_per_data_directory(tmp_path: Path) -> None:
