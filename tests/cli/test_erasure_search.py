@@ -47,7 +47,8 @@ def away(key: bytes, step: int) -> int:
 
 
 def append(store: compactlog.Store, partition: int, key: bytes, value: bytes | None) -> None:
-    store.append("m", partition, pa.table({"key": pa.array([key], pa.binary()), "value": pa.array([value], pa.binary())}))
+    store.append("m", partition, pa.table({"key": pa.array([key], pa.binary()),
+                                          "value": pa.array([value], pa.binary())}))
 
 
 @pytest.fixture
