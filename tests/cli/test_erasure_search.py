@@ -121,3 +121,17 @@ def test_a_group_behind_the_tombstone_in_one_partition_of_two_decides_exit_3_unt
     assert erased.stdout.splitlines()[-1] == "ERASED: no value of key 'user-3' survives in m-0, m-1, m-2."
     assert f"; found in {', '.join(f'm-{p}' for p in sorted((read, unread)))}." in text.splitlines()[0]
     assert text.count("newest tombstone") == 2
+
+
+def test_explain_names_a_partition_it_cannot_read_and_still_explains_the_others(data: Path) -> None:
+    damaged, intact = away(b"user-3", 1), away(b"user-3", 2)
+    segment = next((data / f"m-{damaged}").glob("*.parquet"))
+    segment.write_bytes(segment.read_bytes()[:-12])  # no footer: the partition's log cannot be opened
+
+    explained = cli(data, "explain", "--topic", "m", "--key", "user-3")
+    described = json.loads(cli(data, "explain", "--topic", "m", "--key", "user-3", "--json").stdout)
+
+    assert explained.returncode == 1, explained.stderr
+    assert f"; found in m-{intact}." in explained.stdout.splitlines()[0]
+    assert f"\nm-{damaged}: UNREADABLE, not searched (the key may be stored there): " in explained.stdout
+    assert described["found_in"] == [intact] and list(described["unreadable"]) == [str(damaged)]

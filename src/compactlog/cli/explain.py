@@ -5,7 +5,9 @@ Every partition of the topic is searched, as a producer may have put the key in 
 partitioner's choice or its own: :mod:`compactlog.key_lookup`), unless ``--partition`` names one; the
 partitions the default partitioners would pick are printed as hints. Sealed segments whose key statistics
 exclude the key are not read; the active segment always is. Each partition is opened read-only: explaining
-changes nothing. ``--json`` prints the same as JSON.
+changes nothing. A partition that cannot be read (its log cannot be opened, or a segment that could hold the
+key cannot be read) is named and the others are still explained; the exit code is then 1, as the key may be
+stored there. ``--json`` prints the same as JSON.
 
 For each tombstone of the key it also names the consumer groups of the topic that have not read past it
 (:mod:`compactlog.consumer_horizon`: those with a committed offset for a partition of the topic, or whose
@@ -23,6 +25,7 @@ import pyarrow.compute as pc
 
 from ..cleaner.plan import PartitionState
 from ..consumer_horizon import ConsumerPositions, groups_behind, topic_groups
+from ..errors import CompactLogError
 from ..key_history import KeyRecord, RecordFate, explain_key, format_ms
 from ..key_lookup import (
     hints_text,
@@ -91,11 +94,18 @@ def explain(store: Store, topic: str, key: bytes, partition: int) -> tuple[Parti
     return state, explain_key(records, state, store.clock(), config.roll_ms, config.delete_retention_ms)
 
 
-def explain_topic(store: Store, topic: str, key: bytes,
-                  partitions: list[int]) -> dict[int, tuple[PartitionState, list[RecordFate]]]:
+def explain_topic(store: Store, topic: str, key: bytes, partitions: list[int]
+                  ) -> tuple[dict[int, tuple[PartitionState, list[RecordFate]]], dict[int, str]]:
     """:func:`explain` of each of ``partitions`` (every one a key may be in:
-    :func:`compactlog.key_lookup.partitions_to_search`)."""
-    return {partition: explain(store, topic, key, partition) for partition in partitions}
+    :func:`compactlog.key_lookup.partitions_to_search`), and why each partition that could not be searched
+    could not (its log cannot be opened or a segment read): the key may be there."""
+    explained, unreadable = {}, {}
+    for partition in partitions:
+        try:
+            explained[partition] = explain(store, topic, key, partition)
+        except CompactLogError as e:
+            unreadable[partition] = str(e)
+    return explained, unreadable
 
 
 def tombstone_readers(positions: ConsumerPositions | None, topic: str, partition: int,
@@ -141,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         count = store.partitions(args.topic)
         searched = partitions_to_search(count, args.partition, args.topic)
-        explained = explain_topic(store, args.topic, key, searched)
+        explained, unreadable = explain_topic(store, args.topic, key, searched)
         now = store.clock()
         # __consumer_offsets is read whole: only when the key has a tombstone to ask about.
         has_tombstone = any(f.record.tombstone for _, fates in explained.values() for f in fates)
@@ -151,9 +161,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"topic": args.topic, "key": args.key, "now_ms": now, "partitions_searched": searched,
                     "partitioner_hints": partitioner_hints(key, count), "found_in": found,
+                    "unreadable": {str(p): why for p, why in unreadable.items()},
                     "records": [{"partition": p, **fate_dict(f, behind[p])}
                                 for p in found for f in explained[p][1]]})
-        return 0
+        return 1 if unreadable else 0
     where = partitions_text(args.topic, searched)
     scope = f"the {count} partition(s) of {args.topic}" if args.partition is None else f"{where} only (--partition)"
     print(f"Key {args.key!r}: searched {scope} at {format_ms(now)}; found in "
@@ -168,4 +179,6 @@ def run(args: argparse.Namespace) -> int:
             if fate.record.tombstone:
                 print(readers_line(fate.record.offset, behind[partition], groups_error,
                                    positions is not None and bool(topic_groups(positions, args.topic))))
-    return 0
+    for partition, why in unreadable.items():
+        print(f"{args.topic}-{partition}: UNREADABLE, not searched (the key may be stored there): {why}")
+    return 1 if unreadable else 0
