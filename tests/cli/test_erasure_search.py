@@ -2,7 +2,7 @@
 a child process): keys placed by the Python API's producer (murmur2) and by explicit partitions, one key in
 several partitions with different verdicts, the worst deciding the exit code. Records and committed offsets
 are written through the Python API and the GroupMetadataManager, as the broker writes them. The librdkafka
-placement (CRC32) through the broker: tests/protocol/test_erasure_search.py."""
+placement (CRC32) through the broker: tests/protocol/test_erasure_librdkafka.py."""
 
 from __future__ import annotations
 
