@@ -24,8 +24,8 @@ opened, and each is opened read-only: the proof changes nothing.
 A key of which nothing at all is stored passes (exit 0) with its own verdict, ``NOTHING STORED``: "no
 record of this key is stored" is true and provable, and it is the end state of every erasure once the
 tombstone has passed ``delete.retention.ms``; but a key never written, or misspelt, reads the same, so the
-verdict says so rather than claiming the key was erased (and, under ``--partition``, that the other
-partitions were not searched). An unknown topic or partition is an error (exit 1).
+verdict says so rather than claiming the key was erased. Under ``--partition`` a verdict of 0 says that the
+other partitions were not searched. An unknown topic or partition is an error (exit 1).
 """
 
 from __future__ import annotations
@@ -159,13 +159,13 @@ def run(args: argparse.Namespace) -> int:
         print("  no record of the key is left (its tombstone, if any, has been removed too; or it was never "
               "written): which consumer groups read its tombstone cannot be told")
     code = worst_exit_code(codes.values())
+    narrowed = "" if args.partition is None or count == 1 else (
+        f" Only {where} was searched (--partition): the key may be stored in another partition.")
     if not codes:
-        narrowed = "" if args.partition is None or count == 1 else (
-            f" Only {where} was searched (--partition): the key may be stored in another partition.")
         print(f"NOTHING STORED: no record of key {args.key!r} was found in {where}: nothing stored, nothing to "
               f"erase (a key never written, or misspelt, reads the same: check the key and topic).{narrowed}")
     elif code == EXIT_ERASED:
-        print(f"ERASED: no value of key {args.key!r} survives in {where}.")
+        print(f"ERASED: no value of key {args.key!r} survives in {where}.{narrowed}")
     elif code == EXIT_GROUPS_BEHIND:
         late = [p for p, c in codes.items() if c == EXIT_GROUPS_BEHIND]
         groups = [behind[p] for p in late]
