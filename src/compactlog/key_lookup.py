@@ -11,11 +11,13 @@ partition count; any client may name a partition. So every partition is searched
 Sealed segments. A segment's Parquet footer holds, per row group, the minimum and maximum of the ``key``
 column (:data:`~compactlog.sealed_segment.STATISTICS_COLUMNS`), ordered as unsigned bytes (Parquet's order
 for a BYTE_ARRAY column without a logical type, and Python's for ``bytes``). The writer never truncates
-them: a row group holding a key longer than its statistics limit (4 KiB) has none. A row group is read only
-when it can hold the key (:func:`key_row_groups`): it has no usable statistics, or ``min <= key <= max``; a
-row group whose statistics exclude the key cannot hold it (every non-null key of the row group lies inside
-its range). A segment none of whose row groups can hold the key is not read beyond its footer. The active
-segment (frames, no statistics) is always read whole.
+them: a row group holding a key longer than its statistics limit (pyarrow's default, 4 KiB) has none. A
+row group is read only when it can hold the key (:func:`key_row_groups`): it has no usable statistics, or
+``min <= key <= max``; a row group whose statistics exclude the key cannot hold it (every non-null key of
+the row group lies inside its range). A segment none of whose row groups can hold the key is not read
+beyond its footer. The active segment (frames, no statistics) is always read whole. Min and max skip well
+when keys grow with offsets (sequence numbers, time-ordered ids); keys spread at random (hashes, UUIDs) put
+nearly every row group's range around any key, and then nearly every row group is read.
 
 The statistics are read from the footer as it is on disk: Parquet gives a footer no checksum, and
 ``compactlog.checksum`` (:func:`~compactlog.sealed_segment.footer_checksum`) covers the offset and timestamp

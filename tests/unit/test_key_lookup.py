@@ -69,6 +69,9 @@ def test_a_row_group_is_read_when_its_statistics_admit_the_key_or_it_has_none() 
     assert key_row_groups(metadata, b"p") == [1, 2, 3]
     assert key_row_groups(metadata, b"p\x00") == [2, 3]
     assert key_row_groups(metadata, b"") == [2, 3]  # the empty key is below every other
+    # A long key is never excluded by statistics cut short (a truncated maximum would lie below it).
+    assert key_row_groups(metadata, LONG_KEY) == [2, 3]
+    assert key_row_groups(footer([[b"a", LONG_KEY + b"z"]]), LONG_KEY + b"z") == [0]
     unsigned = footer([[b"\x01", b"\x80"]])  # unsigned bytes: \x01 < \x7f < \x80 < \x81
     assert key_row_groups(unsigned, b"\x7f") == [0]
     assert key_row_groups(unsigned, b"\x81") == [] and key_row_groups(unsigned, b"\x00") == []
