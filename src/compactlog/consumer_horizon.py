@@ -23,12 +23,14 @@ the key's tombstone makes it 3 (erased from the log, not yet from that consumer'
 the value it read before, and it learns of the deletion only when it reads the tombstone), and so does a
 ``__consumer_offsets`` that cannot be read (no group can be shown to have read past it); 0 only when both
 hold. When no record of the key is left at all, the tombstone's offset is unknown and no group can be named:
-the disk proof alone decides.
+the disk proof alone decides. A key is searched in every partition of its topic (a producer may put it in
+any): each partition searched gets its own code, and the worst decides (:func:`worst_exit_code`: 1, then 3,
+then 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 TopicPartition = tuple[str, int]
@@ -89,3 +91,11 @@ def erasure_exit_code(erased_on_disk: bool, behind: Sequence[str] | None) -> int
     if not erased_on_disk:
         return EXIT_SURVIVES_ON_DISK
     return EXIT_GROUPS_BEHIND if behind is None or behind else EXIT_ERASED
+
+
+_SEVERITY = (EXIT_ERASED, EXIT_GROUPS_BEHIND, EXIT_SURVIVES_ON_DISK)  # best first
+
+
+def worst_exit_code(codes: Iterable[int]) -> int:
+    """The worst of the partitions' :func:`erasure_exit_code` (module docstring); 0 for no partition."""
+    return max(codes, key=_SEVERITY.index, default=EXIT_ERASED)

@@ -127,10 +127,11 @@ def test_explain_before_and_after_a_clean(tmp_path: Path) -> None:
 
     assert before.returncode == 0, before.stderr
     lines = before.stdout.splitlines()
-    assert lines[0].startswith("Key 'a' in t-0 (partition: murmur2 of the key)")
+    assert lines[0].startswith("Key 'a': searched the 1 partition(s) of t at ") and "; found in t-0." in lines[0]
+    assert lines[1] == "t-0: 2 stored record(s); log [0, 3), cleaner checkpoint -"
     assert "00000000000000000000.log\tactive\tsuperseded value: superseded by offset 2, which is not " \
-           "cleanable yet: active segment: rolls at" in lines[1]
-    assert lines[2].startswith("  offset 2\t") and "newest value" in lines[2]
+           "cleanable yet: active segment: rolls at" in lines[2]
+    assert lines[3].startswith("  offset 2\t") and "newest value" in lines[3]
     assert after.returncode == 0, after.stderr
     assert "1 stored record(s)" in after.stdout
     assert "  offset 2\t" in after.stdout and "00000000000000000000.parquet\tclean\tnewest value" in after.stdout

@@ -19,6 +19,7 @@ from compactlog.consumer_horizon import (
     has_read_past,
     partition_tombstones,
     topic_groups,
+    worst_exit_code,
 )
 from compactlog.partition_view import StoredTombstones, stored_tombstones
 from support import FakeClock
@@ -69,6 +70,14 @@ def test_verify_erasure_exit_code_puts_the_disk_first_then_the_consumers() -> No
     assert erasure_exit_code(True, None) == EXIT_GROUPS_BEHIND  # the groups' offsets cannot be read
     assert erasure_exit_code(False, None) == EXIT_SURVIVES_ON_DISK
     assert erasure_exit_code(True, []) == EXIT_ERASED == 0
+
+
+def test_the_worst_partitions_verdict_decides_a_keys_exit_code() -> None:
+    assert worst_exit_code([EXIT_ERASED, EXIT_GROUPS_BEHIND, EXIT_SURVIVES_ON_DISK]) == EXIT_SURVIVES_ON_DISK
+    assert worst_exit_code([EXIT_SURVIVES_ON_DISK, EXIT_GROUPS_BEHIND]) == EXIT_SURVIVES_ON_DISK
+    assert worst_exit_code([EXIT_ERASED, EXIT_GROUPS_BEHIND, EXIT_ERASED]) == EXIT_GROUPS_BEHIND
+    assert worst_exit_code([EXIT_ERASED, EXIT_ERASED]) == EXIT_ERASED
+    assert worst_exit_code([]) == EXIT_ERASED  # nothing of the key in any partition: the disk proof holds
 
 
 def test_stored_tombstones_counts_null_values_of_records_in_every_segment_and_the_oldest(tmp_path: Path) -> None:

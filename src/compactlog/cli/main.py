@@ -9,7 +9,7 @@ Exit codes and what stderr shows (never a traceback):
 * 0: success (for ``verify-erasure``, also a key of which nothing is stored: its ``NOTHING STORED`` verdict);
 * 1: a failure: a :class:`~compactlog.errors.CompactLogError` or any other exception, one line
   ``compactlog: <ErrorType>: <message>``; or a command that ran and reports a failure (a partition left
-  uncleanable, a topic that cannot be described);
+  uncleanable, a topic that cannot be described, a partition ``explain`` cannot read);
 * 2: a usage error: the command's usage on one line, then ``compactlog <command>: error: <message>``;
 * 3: ``verify-erasure`` only: no value of the key is left on disk, but a consumer group has not read past
   its tombstone (:mod:`.verify_erasure`);
