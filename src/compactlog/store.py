@@ -59,6 +59,7 @@ from .topic_deletion import delete_topic_files, finish_pending_deletions
 from .topic_metadata import (
     TopicMetadata,
     colliding_topic,
+    is_internal,
     read_topic_metadata,
     remove_stale_tmp,
     validate_topic_name,
@@ -233,9 +234,12 @@ class Store:
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic and its data, in the crash-safe order of :mod:`compactlog.topic_deletion` (a
-        crash part-way is finished by the next writable open)."""
+        crash part-way is finished by the next writable open). An internal topic is never deleted."""
         self.check_writable(f"delete topic {topic!r}")
         meta = self._meta(topic)
+        if is_internal(topic):  # Kafka's TopicCommand: "... is not allowed to be marked for deletion"
+            raise InvalidTopicError(f"Topic {topic} is a kafka internal topic and is not allowed to be marked for "
+                                    "deletion: it holds the consumer groups' committed offsets")
         for partition in range(meta.partitions):
             log = self._logs.pop((topic, partition), None)
             if log is not None:

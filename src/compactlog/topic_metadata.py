@@ -10,6 +10,11 @@ the moment a topic exists, removing it the moment it is deleted. A file that can
 Names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``; and two names that differ
 only in ``.`` versus ``_`` collide (Kafka's ``Topic.hasCollision``: its metric names replace ``.`` with
 ``_``), so a topic is refused when its name collides with an existing one.
+
+Internal topics, as Kafka's ``Topic.isInternal``: ``__consumer_offsets``, written by the group coordinator
+only (a client's Produce to it is refused) and never deleted. Kafka's other internal names
+(``__transaction_state``, ``__share_group_state``) are ordinary topics here: transaction state is kept in
+``.transactions/`` files and there are no share groups.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ from .segment import fsync_path
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"  # Kafka's Topic.GROUP_METADATA_TOPIC_NAME
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME})
+
+
+def is_internal(topic: str) -> bool:
+    """Kafka's ``Topic.isInternal``, for the internal topics this broker has (module docstring)."""
+    return topic in INTERNAL_TOPICS
 
 
 def validate_topic_name(name: object) -> str:

@@ -7,6 +7,7 @@ Rules:
   assignments must put every partition on this node alone, else INVALID_REPLICA_ASSIGNMENT; -1 partitions
   means ``num.partitions``; configs are validated by our config (a bad value is INVALID_CONFIG with our
   message naming the key and the allowed values); ``validate_only`` checks and creates nothing;
+* DeleteTopics of an internal topic (``__consumer_offsets``) is INVALID_TOPIC_EXCEPTION: it is never deleted;
 * a topic's configs are described with source DYNAMIC_TOPIC_CONFIG where the value differs from the data
   directory's default, else DEFAULT_CONFIG; the broker resource (type 4, named by the node id) describes
   the data-directory config (``server.properties``) as STATIC_BROKER_CONFIG, read-only over the wire;
