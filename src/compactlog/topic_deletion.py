@@ -95,19 +95,16 @@ def _delete_marked(data_dir: str, topics_dir: str, topic: str, partitions: int |
     remove. ``partitions`` None: every ``<topic>-<n>`` directory (recovery, which does not parse metadata)."""
     checkpoint.update(keep=lambda tp: tp[0] != topic)
     fault_point("store.delete-checkpoint-cleared")
-    numbers = range(partitions) if partitions is not None else _partition_numbers(data_dir, topic)
+    numbers = range(partitions) if partitions is not None else partition_numbers(data_dir, topic)
     doomed = []
     for partition in numbers:
         directory = os.path.join(data_dir, f"{topic}-{partition}")
         if not os.path.isdir(directory):
             continue  # renamed before a crash
-        # Kafka's "<topic>-<partition>.<uuid>-delete", the name cut to fit a file name's 255 bytes.
-        target = os.path.join(data_dir, f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         # The partition lock (``<partition-dir>/.lock``, as :func:`compactlog.data_dir.open_partition_lock`)
         with exclusive_lock(os.path.join(directory, ".lock")):  # waits out an append or a swap of another process
-            os.replace(directory, target)
+            doomed.append(rename_for_removal(directory))
         fsync_path(data_dir)
-        doomed.append(target)
         fault_point("store.delete-partition-renamed")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_metadata_path(topics_dir, topic))
@@ -119,7 +116,19 @@ def _delete_marked(data_dir: str, topics_dir: str, topic: str, partitions: int |
     return doomed
 
 
-def _partition_numbers(data_dir: str, topic: str) -> list[int]:
+def rename_for_removal(directory: str) -> str:
+    """Rename a partition directory Kafka's ``<topic>-<partition>.<uuid>-delete`` (the name cut to fit a file
+    name's 255 bytes), which belongs to no topic and which every writable open removes; returns the new path.
+    The caller fsyncs the data directory."""
+    target = f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    target = os.path.join(os.path.dirname(directory), target)
+    os.replace(directory, target)
+    return target
+
+
+def partition_numbers(data_dir: str, topic: str) -> list[int]:
+    """The numbers of the ``<topic>-<n>`` directories in ``data_dir`` (a name's last ``-<digits>`` is its
+    partition, so another topic's directories never match)."""
     prefix = f"{topic}-"
     return sorted(int(name[len(prefix):]) for name in os.listdir(data_dir)
                   if name.startswith(prefix) and name[len(prefix):].isdigit())
