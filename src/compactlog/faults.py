@@ -40,7 +40,7 @@ FAULT_POINTS = (
     "store.create-partition-made",  # one partition directory is made, the metadata not yet written
     "store.create-metadata-written",  # the metadata is written (the topic exists), the marker not yet removed
     # delete_topic's steps (compactlog.topic_deletion):
-    "store.delete-marked",  # the .topics/<topic>.deleting marker is written, nothing else done
+    "store.delete-marked",  # the .topics/<topic>.del marker is written, nothing else done
     "store.delete-checkpoint-cleared",  # the topic's checkpoints are removed, no partition directory renamed
     "store.delete-partition-renamed",  # one partition directory renamed -delete, the metadata still there
     "store.delete-metadata-removed",  # the metadata is removed, the marker not yet
