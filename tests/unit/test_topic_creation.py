@@ -41,6 +41,7 @@ def rows(n: int) -> pa.Table:
     return pa.table({"key": [b"k%d" % i for i in range(n)], "value": [b"v%d" % i for i in range(n)]})
 
 
+@pytest.mark.integration  # a child process, killed
 @pytest.mark.parametrize("point", CREATE_POINTS)
 def test_a_crash_inside_create_topic_leaves_no_topic_or_a_whole_one(point: str, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
