@@ -89,7 +89,7 @@ def read_only_view(source: Path) -> Iterator[Path]:
 
 # Files that exist only while an operation is in flight (the swap's, a roll's, an atomic write's): recovery
 # removes or completes each, so none may be left once a store has opened its logs.
-TRANSIT_SUFFIXES = (".cleaned", ".swap", ".deleted", ".sealing", ".tmp", ".deleting")
+TRANSIT_SUFFIXES = (".cleaned", ".swap", ".deleted", ".sealing", ".tmp", ".del", ".deleting", ".new")
 FAULT_LINE = re.compile(r"^compactlog fault point (\S+) hit (\d+)$", re.M)
 
 

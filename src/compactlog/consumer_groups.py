@@ -24,7 +24,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 from .coordinator.committed_offsets import CommittedOffsets, TopicPartition
 from .coordinator.group_metadata_manager import OFFSETS_TOPIC, partition_for, replay_partition
 from .coordinator.offset_records import MemberSnapshot
-from .errors import InvalidTopicError, UnknownGroupError, UnknownTopicOrPartitionError
+from .errors import CorruptOffsetsRecordError, InvalidTopicError, UnknownGroupError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from .store import Store
@@ -68,13 +68,20 @@ class GroupDescription:
     partitions: tuple[PartitionLag, ...]
 
 
-def replayed(store: Store, partitions: list[int] | None = None) -> CommittedOffsets:
-    """``__consumer_offsets`` replayed (only ``partitions`` of it, if given); empty without the topic."""
+def replayed(store: Store, partitions: list[int] | None = None, skip_undecodable: bool = False) -> CommittedOffsets:
+    """``__consumer_offsets`` replayed (only ``partitions`` of it, if given); empty without the topic. A record
+    that cannot be decoded is a CorruptOffsetsRecordError naming it, unless ``skip_undecodable`` (then it is
+    in the state's ``skipped``, as the broker's load skips it): a read view must not answer as if the record
+    were not there (an erasure proof could then pass a group it cannot see)."""
     state = CommittedOffsets()
     if OFFSETS_TOPIC not in store.topics():
         return state
     for partition in range(store.partitions(OFFSETS_TOPIC)) if partitions is None else partitions:
         replay_partition(store, partition, state)
+    if state.skipped and not skip_undecodable:
+        first, more = state.skipped[0], len(state.skipped) - 1
+        raise CorruptOffsetsRecordError(f"{OFFSETS_TOPIC}-{first.partition} offset {first.offset}: {first.reason}"
+                                        + (f" (and {more} more records that cannot be decoded)" if more else ""))
     return state
 
 

@@ -23,6 +23,11 @@ class TopicExistsError(CompactLogError):
     """create_topic on a topic that already exists."""
 
 
+class InvalidPartitionsError(CompactLogError, ValueError):
+    """A partition count a topic cannot have: not a positive integer, or more than the data directory's
+    ``max.broker.partitions`` allows (Kafka's InvalidPartitionsException)."""
+
+
 class UnknownTopicOrPartitionError(CompactLogError, KeyError):
     """A topic that does not exist, or a partition number outside the topic."""
 

@@ -35,8 +35,12 @@ FAULT_POINTS = (
     "cleaner.before-checkpoint",  # the swap is complete, the checkpoint not yet advanced
     "checkpoint.tmp-written",  # the new checkpoint file is written and fsynced, not yet renamed over the old
     "cleaner.after-checkpoint",  # the checkpoint is advanced
+    # create_topic's steps (compactlog.topic_creation):
+    "store.create-marked",  # the .topics/<topic>.new marker is written, no partition directory made
+    "store.create-partition-made",  # one partition directory is made, the metadata not yet written
+    "store.create-metadata-written",  # the metadata is written (the topic exists), the marker not yet removed
     # delete_topic's steps (compactlog.topic_deletion):
-    "store.delete-marked",  # the .topics/<topic>.deleting marker is written, nothing else done
+    "store.delete-marked",  # the .topics/<topic>.del marker is written, nothing else done
     "store.delete-checkpoint-cleared",  # the topic's checkpoints are removed, no partition directory renamed
     "store.delete-partition-renamed",  # one partition directory renamed -delete, the metadata still there
     "store.delete-metadata-removed",  # the metadata is removed, the marker not yet

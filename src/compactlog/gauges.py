@@ -26,7 +26,11 @@ opened, has no lag gauge; the groups of a ``__consumer_offsets`` partition that 
 (and logged) until it is written again. Reading committed offsets means replaying ``__consumer_offsets``,
 so the collector keeps each of its partitions' groups (a group's records all live in one partition) until
 that partition's log start or end offset moves (every commit and every expiry appends; compaction leaves
-the offsets as they were): a scrape replays only the partitions written since the last one.
+the offsets as they were): a scrape replays only the partitions written since the last one. The same replay
+counts the records of ``__consumer_offsets`` that cannot be decoded, which the broker's load skips (with a
+warning, :mod:`compactlog.coordinator.committed_offsets`): ``compactlog_consumer_offsets_skipped_records``
+(JSON ``consumer-offsets-skipped-records``), 0 unless something other than the coordinator wrote there; the
+groups of a partition holding one are left out of the lag gauges (their offsets are not known).
 """
 
 from __future__ import annotations
@@ -112,6 +116,8 @@ GROUP_GAUGES: tuple[tuple[str, str, str], ...] = (
 )
 
 GroupOffsets = dict[str, dict[tuple[str, int], int]]  # group -> (topic, partition) -> committed offset
+SKIPPED_RECORDS_GAUGE = ("compactlog_consumer_offsets_skipped_records",
+                         "Records of __consumer_offsets that cannot be decoded, skipped when groups are loaded")
 
 
 def prometheus_name(kafka_name: str, mbean_type: str) -> str:
@@ -155,10 +161,17 @@ def group_lag_gauges(committed: Mapping[str, Mapping[tuple[str, int], int]],
     return gauges
 
 
-def replayed_offsets(store: Store, partition: int) -> GroupOffsets:
-    """The committed offsets of the groups of one ``__consumer_offsets`` partition."""
-    offsets = offsets_by_group(replayed(store, [partition]))
-    return {group: committed for group, committed in offsets.items() if committed}
+def replayed_offsets(store: Store, partition: int) -> tuple[GroupOffsets, int]:
+    """The committed offsets of the groups of one ``__consumer_offsets`` partition, and how many of its records
+    cannot be decoded; with any such record its groups are left out (logged): their offsets are not known."""
+    state = replayed(store, [partition], skip_undecodable=True)
+    if state.skipped:
+        first = state.skipped[0]
+        _log.warning("gauges: the groups of %s-%d left out: %d record(s) cannot be decoded, the first at offset %d: "
+                     "%s", OFFSETS_TOPIC, partition, len(state.skipped), first.offset, first.reason)
+        return {}, len(state.skipped)
+    offsets = offsets_by_group(state)
+    return {group: committed for group, committed in offsets.items() if committed}, 0
 
 
 class CommittedOffsetsCache:
@@ -166,7 +179,8 @@ class CommittedOffsetsCache:
     its log start or end offset moved (module docstring)."""
 
     def __init__(self) -> None:
-        self._partitions: dict[int, tuple[tuple[int, int], GroupOffsets]] = {}  # partition -> (ends, its groups)
+        # partition -> (its log start and end offsets, its groups, its records that cannot be decoded)
+        self._partitions: dict[int, tuple[tuple[int, int], GroupOffsets, int]] = {}
 
     def get(self, store: Store, partitions: list[PartitionGauges]) -> GroupOffsets:
         current = {g.partition: (g.log_start_offset, g.log_end_offset) for g in partitions if g.topic == OFFSETS_TOPIC}
@@ -176,11 +190,16 @@ class CommittedOffsetsCache:
             if cached is not None and cached[0] == ends:
                 continue
             try:
-                self._partitions[partition] = (ends, replayed_offsets(store, partition))
+                self._partitions[partition] = (ends, *replayed_offsets(store, partition))
             except CompactLogError as e:  # the other groups are still reported; this one's once it is written
                 _log.warning("gauges: the groups of %s-%d left out: %s", OFFSETS_TOPIC, partition, e)
-                self._partitions[partition] = (ends, {})
-        return {group: offsets for _, groups in self._partitions.values() for group, offsets in groups.items()}
+                self._partitions[partition] = (ends, {}, 0)
+        return {group: offsets for _, groups, _ in self._partitions.values() for group, offsets in groups.items()}
+
+    @property
+    def skipped_records(self) -> int:
+        """The records that cannot be decoded in the partitions of the last :meth:`get`."""
+        return sum(skipped for _, _, skipped in self._partitions.values())
 
 
 def metrics_json(store: Store, dead_threads: int = 0) -> dict[str, Any]:
@@ -190,10 +209,12 @@ def metrics_json(store: Store, dead_threads: int = 0) -> dict[str, Any]:
                    "log-start-offset": g.log_start_offset, "log-end-offset": g.log_end_offset,
                    "num-log-segments": g.num_log_segments, "dirty-ratio": g.dirty_ratio,
                    "compaction-delay-secs": g.compaction_delay_secs} for g in gauges]
+    committed = CommittedOffsetsCache()
     groups = [{"group": g.group, "topic": g.topic, "partition": g.partition, "committed-offset": g.committed_offset,
-               "lag": g.lag} for g in group_lag_gauges(CommittedOffsetsCache().get(store, gauges), gauges)]
+               "lag": g.lag} for g in group_lag_gauges(committed.get(store, gauges), gauges)]
     return {"log-directory": store.data_dir, "cleaner": cleaner_gauges(store, dead_threads),
-            "partitions": partitions, "consumer-groups": groups}
+            "partitions": partitions, "consumer-groups": groups,
+            "consumer-offsets-skipped-records": committed.skipped_records}
 
 
 class DataDirectoryCollector(Collector):
@@ -211,6 +232,7 @@ class DataDirectoryCollector(Collector):
             cleaner = cleaner_gauges(self._store, self._dead_threads())
             partitions = partition_gauges(self._store)
             groups = group_lag_gauges(self._committed.get(self._store, partitions), partitions)
+            skipped = self._committed.skipped_records
         for kafka_name, mbean_type, doc in CLEANER_GAUGES:
             value = cleaner[kafka_name]
             number = math.nan if value is None else float(value)
@@ -232,6 +254,7 @@ class DataDirectoryCollector(Collector):
                 if value is not None:
                     family.add_metric([lag.group, lag.topic, str(lag.partition)], float(value))
             yield family
+        yield GaugeMetricFamily(*SKIPPED_RECORDS_GAUGE, value=float(skipped))
 
 
 def registry_of(collector: Collector) -> CollectorRegistry:

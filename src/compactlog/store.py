@@ -5,7 +5,8 @@ Layout of ``<data-dir>``:
 * ``meta.properties``: marks the directory as a store, with its id (:mod:`compactlog.data_dir`);
 * ``<topic>-<partition>/``: one partition's log (:mod:`compactlog.log`);
 * ``.topics/<topic>.json``: a topic's metadata (:mod:`compactlog.topic_metadata`): creating this file is
-  the moment a topic exists, removing it the moment it is deleted (:mod:`compactlog.topic_deletion`);
+  the moment a topic exists (:mod:`compactlog.topic_creation`), removing it the moment it is deleted
+  (:mod:`compactlog.topic_deletion`);
 * ``cleaner-offset-checkpoint``: the cleaner's next dirty offset per partition, in Kafka's text format;
 * ``cleaner-state.json``: the last cleaner pass's gauges and uncleanable partitions (:mod:`.cleaner.state`);
 * ``server.properties`` (optional): data-directory defaults under Kafka's broker names.
@@ -18,10 +19,8 @@ directory cannot be written opens read-only: it writes nothing, and its writes r
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,15 +31,8 @@ from .checkpoint import CheckpointFile
 from .columns import from_numpy, to_numpy
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
 from .data_dir import TOPICS_DIR, open_data_dir, read_only_error
-from .errors import (
-    CompactLogError,
-    ConfigError,
-    InvalidTopicError,
-    StoreClosedError,
-    TopicExistsError,
-    UnknownTopicOrPartitionError,
-)
-from .log import Log, fsync_dir
+from .errors import CompactLogError, ConfigError, InvalidTopicError, StoreClosedError, UnknownTopicOrPartitionError
+from .log import Log
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition, unreadable_partition
 from .producer_state import aborted_mask, check_batch_fields
 from .record import (
@@ -55,10 +47,12 @@ from .record import (
     to_rows,
 )
 from .retention import apply_retention
+from .topic_creation import create_topic_files, finish_pending_creations
 from .topic_deletion import delete_topic_files, finish_pending_deletions
 from .topic_metadata import (
     TopicMetadata,
-    colliding_topic,
+    check_partition_count,
+    is_internal,
     read_topic_metadata,
     remove_stale_tmp,
     validate_topic_name,
@@ -109,6 +103,7 @@ class Store:
                 self.checkpoint.write({})
             self.checkpoint.remove_stale_tmp()
             remove_stale_tmp(self._topics_dir)
+            finish_pending_creations(self.data_dir, self._topics_dir)
             finish_pending_deletions(self.data_dir, self._topics_dir, self.checkpoint)
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[tuple[str, int], Log] = {}
@@ -177,30 +172,20 @@ class Store:
         self._topics[topic] = meta
         return meta
 
-    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> None:
-        """Create a topic with ``partitions`` partitions and topic-config overrides (Kafka names)."""
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
+                     validate_only: bool = False) -> None:
+        """Create a topic with ``partitions`` partitions and topic-config overrides (Kafka names), in the
+        crash-safe order of :mod:`compactlog.topic_creation`; ``validate_only`` checks all (the name, the count
+        and ``max.broker.partitions``, the configs, that the name is free and collides with no topic) and
+        creates nothing. Nothing is written before the checks pass."""
         self.check_writable(f"create topic {name!r}")
         validate_topic_name(name)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise InvalidTopicError(f"partitions must be a positive integer, got {partitions!r}")
+        check_partition_count(name, partitions)
         overrides = dict(config or {})
         parsed = topic_config(overrides, self.broker)  # raises ConfigError before anything is written
-        if os.path.exists(self._meta_path(name)):
-            raise TopicExistsError(f"topic {name!r} already exists")
-        collision = colliding_topic(name, self.topics())
-        if collision is not None:
-            raise InvalidTopicError(f"topic {name!r} collides with existing topic {collision!r}: names that "
-                                    "differ only in '.' and '_' are refused, as Kafka refuses them")
-        for partition in range(partitions):
-            directory = self._partition_dir(name, partition)
-            if os.path.exists(directory):  # left over by a create that crashed before its metadata
-                shutil.rmtree(directory)
-            os.makedirs(directory)
-        fsync_dir(self.data_dir)
-        if any(tp[0] == name for tp in self.checkpoint.read()):  # left by a deletion that crashed
-            self.checkpoint.update(keep=lambda tp: tp[0] != name)
-        write_topic_metadata(self._meta_path(name), name, partitions, {k: parsed.get(k) for k in overrides},
-                             uuid.uuid4().hex)
+        create_topic_files(self.data_dir, self._topics_dir, self.checkpoint, name, partitions,
+                           {k: parsed.get(k) for k in overrides}, self.partitions, self.broker.max_broker_partitions,
+                           validate_only)
 
     def topics(self) -> list[str]:
         self._check_open()
@@ -233,9 +218,12 @@ class Store:
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic and its data, in the crash-safe order of :mod:`compactlog.topic_deletion` (a
-        crash part-way is finished by the next writable open)."""
+        crash part-way is finished by the next writable open). An internal topic is never deleted."""
         self.check_writable(f"delete topic {topic!r}")
         meta = self._meta(topic)
+        if is_internal(topic):  # Kafka's TopicCommand: "... is not allowed to be marked for deletion"
+            raise InvalidTopicError(f"Topic {topic} is a kafka internal topic and is not allowed to be marked for "
+                                    "deletion: it holds the consumer groups' committed offsets")
         for partition in range(meta.partitions):
             log = self._logs.pop((topic, partition), None)
             if log is not None:

@@ -1,7 +1,9 @@
 """A topic's deletion: its durable order of steps, and the recovery of a deletion a crash interrupted.
 
-A deletion is announced by a marker, ``.topics/<topic>.deleting``, holding the id of the topic it deletes
-(empty for a topic written before ids existed). The steps, each durable before the next, with what a crash
+A deletion is announced by a marker, ``.topics/<topic>.del``, holding the id of the topic it deletes
+(empty for a topic written before ids existed); a 249-character name plus ``.del`` fits a file name's 255
+bytes. Markers named ``<topic>.deleting``, which earlier versions wrote (a name of 247 characters or more could
+not be deleted then), are finished the same way. The steps, each durable before the next, with what a crash
 after each leaves and how :func:`finish_pending_deletions` (run when a writable store opens) finishes it:
 
 1. the marker is written (fault point ``store.delete-marked``): the topic is whole; recovery deletes it;
@@ -16,12 +18,11 @@ after each leaves and how :func:`finish_pending_deletions` (run when a writable 
 5. the marker goes (``store.delete-unmarked``); then the ``-delete`` directories are removed, as every
    writable open also removes them (:func:`remove_deleted_partitions`, as Kafka does at startup).
 
-Steps 1 to 5 and their recovery hold the ``.topics`` lock (:func:`~compactlog.topic_metadata.metadata_lock`)
-and act only while the metadata file holds the marker's topic id. That is what keeps a concurrent creation
-of the same name safe: a creation makes its partition directories before its metadata file, so directories
-without a metadata file may be a creation's fresh ones and are never renamed; the marker's directories are
-renamed while the old metadata file is still there (no creation of the name can be under way then), and a
-marker whose metadata file is gone or holds another id only needs removing.
+Steps 1 to 5 and their recovery hold the ``.topics`` lock (:func:`~compactlog.topic_metadata.metadata_lock`),
+as a creation does throughout (:mod:`compactlog.topic_creation`), and act only while the metadata file holds
+the marker's topic id. Directories without a metadata file belong to a creation (whose own marker finishes or
+undoes it) and are never renamed here; the marker's directories are renamed while the old metadata file is
+still there, and a marker whose metadata file is gone or holds another id only needs removing.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from .segment import fsync_path
 from .topic_metadata import metadata_lock
 
 DELETE_DIR_SUFFIX = "-delete"
-MARKER_SUFFIX = ".deleting"
+MARKER_SUFFIX = ".del"
+MARKER_SUFFIXES = (MARKER_SUFFIX, ".deleting")  # the second: markers of earlier versions, still finished
 
 
 def marker_path(topics_dir: str, topic: str) -> str:
@@ -76,7 +78,7 @@ def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: i
             raise UnknownTopicOrPartitionError(f"topic {topic!r} was deleted by another store meanwhile")
         _write_marker(marker, topic_id or "")
         fault_point("store.delete-marked")
-        doomed = _delete_marked(data_dir, topics_dir, topic, partitions, checkpoint)
+        doomed = _delete_marked(data_dir, topics_dir, topic, partitions, checkpoint, marker)
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
 
@@ -90,36 +92,46 @@ def _write_marker(path: str, topic_id: str) -> None:
 
 
 def _delete_marked(data_dir: str, topics_dir: str, topic: str, partitions: int | None,
-                   checkpoint: CheckpointFile) -> list[str]:
-    """Steps 2 to 5 for a marked topic (under the ``.topics`` lock); returns the ``-delete`` directories to
-    remove. ``partitions`` None: every ``<topic>-<n>`` directory (recovery, which does not parse metadata)."""
+                   checkpoint: CheckpointFile, marker: str) -> list[str]:
+    """Steps 2 to 5 for a topic marked by the file ``marker`` (under the ``.topics`` lock); returns the
+    ``-delete`` directories to remove. ``partitions`` None: every ``<topic>-<n>`` directory (recovery, which
+    does not parse metadata)."""
     checkpoint.update(keep=lambda tp: tp[0] != topic)
     fault_point("store.delete-checkpoint-cleared")
-    numbers = range(partitions) if partitions is not None else _partition_numbers(data_dir, topic)
+    numbers = range(partitions) if partitions is not None else partition_numbers(data_dir, topic)
     doomed = []
     for partition in numbers:
         directory = os.path.join(data_dir, f"{topic}-{partition}")
         if not os.path.isdir(directory):
             continue  # renamed before a crash
-        # Kafka's "<topic>-<partition>.<uuid>-delete", the name cut to fit a file name's 255 bytes.
-        target = os.path.join(data_dir, f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         # The partition lock (``<partition-dir>/.lock``, as :func:`compactlog.data_dir.open_partition_lock`)
         with exclusive_lock(os.path.join(directory, ".lock")):  # waits out an append or a swap of another process
-            os.replace(directory, target)
+            doomed.append(rename_for_removal(directory))
         fsync_path(data_dir)
-        doomed.append(target)
         fault_point("store.delete-partition-renamed")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_metadata_path(topics_dir, topic))
     fsync_path(topics_dir)
     fault_point("store.delete-metadata-removed")
-    os.unlink(marker_path(topics_dir, topic))
+    os.unlink(marker)
     fsync_path(topics_dir)
     fault_point("store.delete-unmarked")
     return doomed
 
 
-def _partition_numbers(data_dir: str, topic: str) -> list[int]:
+def rename_for_removal(directory: str) -> str:
+    """Rename a partition directory Kafka's ``<topic>-<partition>.<uuid>-delete`` (the name cut to fit a file
+    name's 255 bytes), which belongs to no topic and which every writable open removes; returns the new path.
+    The caller fsyncs the data directory."""
+    target = f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    target = os.path.join(os.path.dirname(directory), target)
+    os.replace(directory, target)
+    return target
+
+
+def partition_numbers(data_dir: str, topic: str) -> list[int]:
+    """The numbers of the ``<topic>-<n>`` directories in ``data_dir`` (a name's last ``-<digits>`` is its
+    partition, so another topic's directories never match)."""
     prefix = f"{topic}-"
     return sorted(int(name[len(prefix):]) for name in os.listdir(data_dir)
                   if name.startswith(prefix) and name[len(prefix):].isdigit())
@@ -128,17 +140,18 @@ def _partition_numbers(data_dir: str, topic: str) -> list[int]:
 def finish_pending_deletions(data_dir: str, topics_dir: str, checkpoint: CheckpointFile) -> None:
     """Finish every deletion a crash interrupted (see the module docstring), then remove every ``-delete``
     directory. Called when a writable store opens."""
-    if any(name.endswith(MARKER_SUFFIX) for name in os.listdir(topics_dir)):
+    if any(name.endswith(MARKER_SUFFIXES) for name in os.listdir(topics_dir)):
         with metadata_lock(topics_dir):
             for name in sorted(os.listdir(topics_dir)):
-                if not name.endswith(MARKER_SUFFIX):
+                suffix = next((s for s in MARKER_SUFFIXES if name.endswith(s)), None)
+                if suffix is None:
                     continue
-                topic = name[: -len(MARKER_SUFFIX)]
+                topic = name[: -len(suffix)]
                 marker = os.path.join(topics_dir, name)
                 with open(marker, encoding="utf-8", errors="replace") as f:
                     marked_id = f.read()
                 if _holds_id(_metadata_path(topics_dir, topic), marked_id):
-                    _delete_marked(data_dir, topics_dir, topic, None, checkpoint)
+                    _delete_marked(data_dir, topics_dir, topic, None, checkpoint, marker)
                 else:  # the topic is gone (step 4 was done) or created again since: only the marker is left
                     os.unlink(marker)
                     fsync_path(topics_dir)

@@ -9,7 +9,17 @@ the moment a topic exists, removing it the moment it is deleted. A file that can
 
 Names follow Kafka: ``[a-zA-Z0-9._-]``, 1..249 characters, not ``.`` or ``..``; and two names that differ
 only in ``.`` versus ``_`` collide (Kafka's ``Topic.hasCollision``: its metric names replace ``.`` with
-``_``), so a topic is refused when its name collides with an existing one.
+``_``), so a topic is refused when its name collides with an existing one, with Kafka's message naming them.
+
+A topic's partition count is a positive integer; with the partitions of every other topic it is at most the
+data directory's ``max.broker.partitions``, and each partition's directory name ``<topic>-<partition>``
+must fit a file name (255 bytes): :func:`check_partition_count`, which creation checks before it writes
+anything (and a change of a topic's count would check the same way).
+
+Internal topics, as Kafka's ``Topic.isInternal``: ``__consumer_offsets``, written by the group coordinator
+only (a client's Produce to it is refused) and never deleted. Kafka's other internal names
+(``__transaction_state``, ``__share_group_state``) are ordinary topics here: transaction state is kept in
+``.transactions/`` files and there are no share groups.
 """
 
 from __future__ import annotations
@@ -26,11 +36,19 @@ from typing import Any
 
 from .config import BrokerConfig, TopicConfig, topic_config
 from .data_dir import exclusive_lock
-from .errors import ConfigError, CorruptTopicMetadataError, InvalidTopicError
+from .errors import ConfigError, CorruptTopicMetadataError, InvalidPartitionsError, InvalidTopicError
 from .segment import fsync_path
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
+MAX_FILE_NAME = 255  # bytes: the longest file name most file systems take
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"  # Kafka's Topic.GROUP_METADATA_TOPIC_NAME
+INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME})
+
+
+def is_internal(topic: str) -> bool:
+    """Kafka's ``Topic.isInternal``, for the internal topics this broker has (module docstring)."""
+    return topic in INTERNAL_TOPICS
 
 
 def validate_topic_name(name: object) -> str:
@@ -52,10 +70,38 @@ def unify_collision_chars(name: str) -> str:
     return name.replace(".", "_")
 
 
-def colliding_topic(name: str, existing: Iterable[str]) -> str | None:
-    """An existing topic whose name differs from ``name`` yet collides with it, if any."""
+def colliding_topics(name: str, existing: Iterable[str]) -> list[str]:
+    """The existing topics whose names differ from ``name`` yet collide with it, sorted."""
     unified = unify_collision_chars(name)
-    return next((t for t in sorted(existing) if t != name and unify_collision_chars(t) == unified), None)
+    return sorted(t for t in existing if t != name and unify_collision_chars(t) == unified)
+
+
+def check_no_collision(name: str, existing: Iterable[str]) -> None:
+    """Refuse ``name`` if it collides with an existing topic, in Kafka's words (``AdminZkClient``)."""
+    colliding = colliding_topics(name, existing)
+    if colliding:
+        raise InvalidTopicError(f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
+
+
+def check_partition_count(topic: str, partitions: object, hosted: int = 0,
+                          max_broker_partitions: int | None = None) -> int:
+    """Check the count of partitions ``topic`` is to have (a creation's; a change's new total), before anything
+    is written: a positive integer; the name of its last partition's directory fits a file name; and, with
+    ``max_broker_partitions``, ``hosted`` (the partitions of every other topic) plus it is at most that
+    limit. Returns the count; raises InvalidPartitionsError naming what was broken."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise InvalidPartitionsError(f"topic {topic!r}: number of partitions {partitions!r} is not a positive "
+                                     "integer")
+    last = f"{topic}-{partitions - 1}"
+    if len(last.encode()) > MAX_FILE_NAME:
+        raise InvalidPartitionsError(f"topic {topic!r}: {partitions} partitions are too many for a name of "
+                                     f"{len(topic)} characters: the directory {last!r} would be longer than a "
+                                     f"file name may be ({MAX_FILE_NAME} bytes)")
+    if max_broker_partitions is not None and hosted + partitions > max_broker_partitions:
+        raise InvalidPartitionsError(f"topic {topic!r}: {partitions} partitions would make {hosted + partitions} "
+                                     f"in this data directory, which holds {hosted}; max.broker.partitions is "
+                                     f"{max_broker_partitions}")
+    return partitions
 
 
 @dataclass
@@ -107,17 +153,35 @@ def metadata_lock(directory: str) -> Iterator[None]:
 
 def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
                          topic_id: str | None) -> None:
+    """Write a topic's metadata file (module docstring), under the ``.topics`` lock."""
+    with metadata_lock(os.path.dirname(path)):
+        write_topic_metadata_locked(path, topic, partitions, overrides, topic_id)
+
+
+def write_topic_metadata_locked(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
+                                topic_id: str | None) -> None:
+    """:func:`write_topic_metadata` for a caller that holds the ``.topics`` lock. A failed write leaves no
+    temporary file."""
     directory = os.path.dirname(path)
     # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
     tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
-    with metadata_lock(directory):
+    try:
         with open(tmp, "w", encoding="utf-8") as f:
             meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
             json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     fsync_path(directory)
+
+
+def listed_topics(directory: str) -> list[str]:
+    """The topics whose metadata files are in ``directory`` (``.topics``), sorted."""
+    return sorted(n[: -len(".json")] for n in os.listdir(directory) if n.endswith(".json"))
 
 
 def remove_stale_tmp(directory: str) -> None:

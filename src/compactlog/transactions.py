@@ -3,7 +3,10 @@
 Files under ``<data-dir>/.transactions/`` (every change under an exclusive ``flock`` on ``.lock``):
 
 * ``producer-ids``: the next producer id to hand out, ``<decimal number> <CRC32 of it, 8 hex digits>``
-  (a file of the number alone, written before the checksum, is still read);
+  (a file of the number alone, written before the checksum, is still read), replaced whole (a ``.tmp``
+  renamed over it) at every id handed out. A write that fails (``ENOSPC``, ``EIO``) while a producer id and
+  epoch are given (InitProducerId) is a KafkaStorageError (KAFKA_STORAGE_ERROR over the wire) and leaves no
+  ``.tmp`` behind; no id is handed out;
 * ``<transactional id>.state``: the id's state log (:mod:`compactlog.transaction_state_manager`: a line a
   change, appended, the latest last, each line ``<CRC32> {"transactional_id", "producer_id", "epoch",
   "partitions": [[topic, partition], ...] (every partition the id ever wrote to), "state": "Ready" |
@@ -59,13 +62,15 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from .errors import (
+    CompactLogError,
     ConcurrentTransactionsError,
     CorruptTransactionStateError,
     InvalidTransactionTimeoutError,
+    KafkaStorageError,
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -158,6 +163,19 @@ class TransactionCoordinator:
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         return self.state.locked()
 
+    @contextlib.contextmanager
+    def _storage_errors(self, doing: str) -> Iterator[None]:
+        """Under the lock: a failed write (an ``OSError``: a full or failing disk) as KafkaStorageError, with
+        the ``.tmp`` file it left removed (under the lock a ``.tmp`` can only be a failed or killed write's)."""
+        try:
+            yield
+        except OSError as e:
+            if isinstance(e, CompactLogError):
+                raise
+            with contextlib.suppress(OSError):  # else the next open removes it
+                self.state.remove_killed_writes()
+            raise KafkaStorageError(f"{doing} failed: {e}") from e
+
     def _next_producer_id(self) -> int:
         path = os.path.join(self.directory, "producer-ids")
         try:
@@ -193,7 +211,7 @@ class TransactionCoordinator:
                       expected: tuple[int, int] | None = None) -> tuple[int, int]:
         """A producer id and epoch; for a transactional id, the next epoch (fencing older instances).
         ``expected``: the producer id and epoch the caller holds (InitProducerId v3+ after an error)."""
-        with self._locked():
+        with self._locked(), self._storage_errors(f"giving a producer id (transactional id {transactional_id!r})"):
             if transactional_id is None:
                 return self._next_producer_id(), 0
             check_transaction_timeout(transactional_id, timeout_ms, self.store.broker.transaction_max_timeout_ms)

@@ -277,6 +277,7 @@ def test_unreadable_group_offsets_leave_the_horizon_unknown_and_verify_erasure_u
     assert "kafka_log_log_logendoffset" in metrics
     assert 'compactlog_consumer_group_lag{group="late",partition="1",topic="users"} 0.0' in metrics
     assert 'group="billing"' not in metrics and 'group="audit"' not in metrics
+    assert "compactlog_consumer_offsets_skipped_records 1.0" in metrics  # the record the broker's load skips
 
 
 def test_a_data_directory_without_consumer_offsets_has_no_groups(tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ in turn) or a SIGKILL from here after a random delay. After each one :func:`chec
 - of the delete topic, every acknowledged offset at or past the log start is there;
 - no value of an aborted transaction reaches ``read_committed``; no record of a deleted topic comes back
   in the topic created again;
-- no temporary file (``*.tmp``, ``*.cleaned``, ``*.swap``, ``*.sealing``, ``*.deleted``) is left after
-  recovery, and no cleaner checkpoint is past its partition's log end.
+- no temporary file (``*.tmp``, ``*.cleaned``, ``*.swap``, ``*.sealing``, ``*.deleted``) nor topic marker
+  (``*.del``, ``*.new``) is left after recovery, no partition directory of a topic that does not exist
+  (a creation cut short is undone), and no cleaner checkpoint is past its partition's log end.
 
 ``python harness.py --crashes N`` (``./dev soak``) runs N crashes and prints where they landed and what was
 checked; the CI test (``tests/faults/test_crash_harness.py``) runs a shorter one.
@@ -214,6 +215,10 @@ def check_store(data_dir: Path, model: Model) -> int:
         left = leftovers(data_dir)
         if left:
             raise HarnessFailure(f"left after recovery: {left}")
+        orphans = [name for name in os.listdir(data_dir) if (data_dir / name).is_dir() and "-" in name
+                   and name.rsplit("-", 1)[1].isdigit() and name.rsplit("-", 1)[0] not in store.topics()]
+        if orphans:
+            raise HarnessFailure(f"partition directories of no topic after recovery: {orphans}")
     finally:
         store.close()
     return checked

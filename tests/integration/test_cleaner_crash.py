@@ -247,8 +247,9 @@ def test_kill_9_at_every_fault_point_and_at_random_moments(workload_base: Path, 
     assert whole.returncode == 0 and whole.lines[-1] == "done", whole.stderr
     check_recovered(work, base_records, whole)
     # Each point at its first hit, and the swap's steps and appends at a later one too.
-    # (delete_topic's points are not on this workload's path: test_delete_topic_crash.py kills there.)
-    on_path = [p for p in FAULT_POINTS if not p.startswith("store.delete-")]
+    # (create_topic's and delete_topic's points are not on this workload's path: test_topic_creation.py and
+    # test_delete_topic_crash.py kill there.)
+    on_path = [p for p in FAULT_POINTS if not p.startswith(("store.create-", "store.delete-"))]
     armed = [*on_path, "log.frame-appended:5", "log.roll-sealed:3", "cleaner.swap-renamed:2",
              "cleaner.old-deleted:3", "cleaner.swap-installed:2", "checkpoint.tmp-written:2"]
     for n, fault in enumerate(armed):

@@ -32,11 +32,11 @@ def test_only_the_consumer_offsets_partitions_that_moved_are_replayed(monkeypatc
     replays: list[int] = []
     broken: set[int] = set()
 
-    def replayed_offsets(store: Any, number: int) -> dict[str, dict[tuple[str, int], int]]:
+    def replayed_offsets(store: Any, number: int) -> tuple[dict[str, dict[tuple[str, int], int]], int]:
         replays.append(number)
         if number in broken:
             raise CorruptOffsetsRecordError("unknown key version 9")
-        return {f"g{number}": {("users", 0): replays.count(number)}}
+        return {f"g{number}": {("users", 0): replays.count(number)}}, number  # partition n: n undecodable
 
     monkeypatch.setattr(gauges, "replayed_offsets", replayed_offsets)
     cache = CommittedOffsetsCache()
@@ -46,6 +46,7 @@ def test_only_the_consumer_offsets_partitions_that_moved_are_replayed(monkeypatc
     assert cache.get(None, users + offsets) == {"g0": {("users", 0): 1}, "g1": {("users", 0): 1}}
     assert cache.get(None, users + offsets) == {"g0": {("users", 0): 1}, "g1": {("users", 0): 1}}
     assert replays == [0, 1]
+    assert cache.skipped_records == 1  # partition 1's, kept with its groups
     appended = [offsets[0], partition("__consumer_offsets", 1, 4)]  # a commit to partition 1
     assert cache.get(None, appended) == {"g0": {("users", 0): 1}, "g1": {("users", 0): 2}}
     moved_start = [partition("__consumer_offsets", 0, 7, log_start=2), appended[1]]
@@ -58,3 +59,4 @@ def test_only_the_consumer_offsets_partitions_that_moved_are_replayed(monkeypatc
     assert cache.get(None, damaged) == {"g0": {("users", 0): 2}}
     assert replays == [0, 1, 1, 0, 1]
     assert cache.get(None, users) == {}  # no __consumer_offsets: no groups
+    assert cache.skipped_records == 0

@@ -123,3 +123,25 @@ def test_a_deletion_of_a_topic_another_store_deleted_and_created_again_touches_n
                                               store.checkpoint)
         assert store.log_end_offset("t", 0) == 20
         assert store.topics() == ["t"]
+
+
+def test_a_topic_of_the_longest_name_is_deleted(tmp_path: Path) -> None:
+    """Its marker (``<name>.del``) fits a file name: ``<name>.deleting`` did not, so a name of 247 characters
+    or more could not be deleted."""
+    name = "n" * 249
+    with compactlog.open(tmp_path / "data", clock=FakeClock()) as store:
+        store.create_topic(name, 2)
+        store.append(name, 1, table(b"n"))
+        store.delete_topic(name)
+        assert store.topics() == []
+    assert sorted(os.listdir(tmp_path / "data" / ".topics")) == [".lock"]
+    assert not [n for n in os.listdir(tmp_path / "data") if n.startswith("n")]
+
+
+def test_a_marker_of_an_earlier_version_is_finished(tmp_path: Path) -> None:
+    """``<topic>.deleting``, the marker earlier versions wrote: a deletion it announced is finished too."""
+    data_dir = tmp_path / "data"
+    build(data_dir, FakeClock())
+    topic_id = json.loads((data_dir / ".topics" / "t.json").read_text())["topic_id"]
+    (data_dir / ".topics" / "t.deleting").write_text(topic_id)  # killed after its first step
+    assert_deleted(data_dir)

@@ -70,6 +70,7 @@ _CODES: dict[type[errors.CompactLogError], int] = {
     errors.ConcurrentTransactionsError: CONCURRENT_TRANSACTIONS,
     errors.InvalidTransactionTimeoutError: INVALID_TRANSACTION_TIMEOUT,
     errors.TopicExistsError: TOPIC_ALREADY_EXISTS,
+    errors.InvalidPartitionsError: INVALID_PARTITIONS,
     errors.InvalidTopicError: INVALID_TOPIC_EXCEPTION,
     errors.ConfigError: INVALID_CONFIG,
     errors.KafkaStorageError: KAFKA_STORAGE_ERROR,

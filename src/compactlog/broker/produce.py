@@ -19,7 +19,9 @@ Rules (Kafka's ``ReplicaManager.appendRecords`` on one replica):
   duplicate with NONE and the first offset it stored), a sequence gap with OUT_OF_ORDER_SEQUENCE_NUMBER and
   an older epoch with INVALID_PRODUCER_EPOCH;
 * a keyless record on a compacted topic is INVALID_RECORD (the store checks it); a control batch from a
-  client is INVALID_RECORD (only the broker writes markers);
+  client is INVALID_RECORD (only the broker writes markers); a partition of an internal topic
+  (``__consumer_offsets``: only the group coordinator writes it) is INVALID_TOPIC_EXCEPTION, as Kafka's
+  "Cannot append to internal topic";
 * the base offset answered is the first batch's first offset, ``log_append_time_ms`` the append time for
   LogAppendTime topics and -1 otherwise.
 """
@@ -30,12 +32,13 @@ import asyncio
 import contextlib
 from typing import Any
 
-from ..errors import CompactLogError
+from ..errors import CompactLogError, InvalidTopicError
 from ..log import Log
 from ..producer_state import check_batch_fields
 from ..protocol.record_batch import ProducedBatch, decode_batches
 from ..record import check_record_sizes, check_timestamp_extremes
 from ..store import Store
+from ..topic_metadata import is_internal
 from .context import BrokerContext, open_log
 from .error_codes import INVALID_REQUIRED_ACKS, NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_code
 from .log_validator import check_batches, check_records, has_transactional_records
@@ -124,6 +127,8 @@ def _append_all(store: Store, work: list[tuple[str, int, bytes | None]],
 def _append_partition(store: Store, topic: str, partition: int, records: bytes | None,
                       logs: list[Log], transactional_id: str | None) -> dict[str, Any]:
     try:
+        if is_internal(topic):  # Kafka's ReplicaManager, for a client's request (internalTopicsAllowed false)
+            raise InvalidTopicError(f"Cannot append to internal topic {topic}")
         log = open_log(store, topic, partition)
         logs.append(log)
         config = store.topic_config(topic)

@@ -5,8 +5,12 @@ Rules:
 
 * CreateTopics: the replication factor is 1 or -1 (the default), else INVALID_REPLICATION_FACTOR; manual
   assignments must put every partition on this node alone, else INVALID_REPLICA_ASSIGNMENT; -1 partitions
-  means ``num.partitions``; configs are validated by our config (a bad value is INVALID_CONFIG with our
-  message naming the key and the allowed values); ``validate_only`` checks and creates nothing;
+  means ``num.partitions``; a count that is not positive, or that would pass ``max.broker.partitions`` with
+  the topics already there, is INVALID_PARTITIONS, answered before anything is written; a name that
+  collides with a topic's ('.' and '_' alike) is INVALID_TOPIC_EXCEPTION with Kafka's message naming it;
+  configs are validated by our config (a bad value is INVALID_CONFIG with our message naming the key and
+  the allowed values); ``validate_only`` makes every one of these checks and creates nothing;
+* DeleteTopics of an internal topic (``__consumer_offsets``) is INVALID_TOPIC_EXCEPTION: it is never deleted;
 * a topic's configs are described with source DYNAMIC_TOPIC_CONFIG where the value differs from the data
   directory's default, else DEFAULT_CONFIG; the broker resource (type 4, named by the node id) describes
   the data-directory config (``server.properties``) as STATIC_BROKER_CONFIG, read-only over the wire;
@@ -24,7 +28,6 @@ from ..errors import CompactLogError, ConfigError, InvalidRequestError
 from ..store import Store
 from .context import BrokerContext
 from .error_codes import (
-    INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REPLICATION_FACTOR,
     NONE,
@@ -83,17 +86,10 @@ def _create_topic(store: Store, name: str, partitions: int, replication_factor: 
         partitions = len(assignments)
     if partitions == -1:
         partitions = num_partitions
-    if partitions < 1:
-        return failed(INVALID_PARTITIONS, f"{partitions} partitions; allowed: at least 1 (or -1, the default)")
     overrides = {key: value for key, value in configs.items() if value is not None}
-    try:
-        if validate_only:
-            parsed = topic_config(overrides, store.broker)
-            if name in store.topics():
-                store.create_topic(name, partitions, overrides)  # raises TopicExistsError
-        else:
-            store.create_topic(name, partitions, overrides)
-            parsed = store.topic_config(name)
+    try:  # the count (and max.broker.partitions) is checked before anything is written
+        store.create_topic(name, partitions, overrides, validate_only=validate_only)
+        parsed = topic_config(overrides, store.broker) if validate_only else store.topic_config(name)
     except CompactLogError as e:
         return failed(error_code(e), str(e))
     return {"name": name, "error_code": NONE, "error_message": None, "num_partitions": partitions,

@@ -8,6 +8,13 @@ Rules (Kafka's ``GroupMetadataManager`` loading, with one deviation noted):
 
 * a record's key says what it is (:mod:`.offset_records`); the latest record of a key wins; a null value
   (tombstone) deletes the offset or the group's metadata;
+* a record whose key or value cannot be decoded (an unknown record type or version, bytes that do not fit
+  the schema) is skipped and kept in ``skipped`` (the broker's load logs each, the metrics count them; the
+  read views for the command line and erasure proofs refuse it, :func:`compactlog.consumer_groups.replayed`). Kafka's
+  loader skips an unknown record type ("It could be a left over from an aborted upgrade") and fails the
+  partition's load on a malformed record; here both are skipped, so that no record, however it got there,
+  stops a broker from starting. What is lost is that record's own change: a group whose commit cannot be
+  read resumes from its commit before, reading records again, never skipping any;
 * a transactional record (TxnOffsetCommit) is pending, per producer and partition, until that producer's
   next COMMIT marker in that partition (then it is committed) or its next ABORT marker (then it is dropped);
   a partition's load ends with the transactions still open pending, for their markers to come;
@@ -24,19 +31,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import CorruptOffsetsRecordError
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, NO_PRODUCER_ID
 from .offset_records import (
     GroupKey,
     GroupSnapshot,
     OffsetAndMetadata,
+    OffsetKey,
     decode_group_value,
     decode_key,
     decode_offset_value,
 )
 
-__all__ = ["CommittedOffsets", "LoadedGroup", "TopicPartition"]
+__all__ = ["CommittedOffsets", "LoadedGroup", "SkippedRecord", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A record of ``__consumer_offsets`` that cannot be decoded: where it is, and why."""
+
+    partition: int
+    offset: int
+    reason: str
 
 
 @dataclass
@@ -63,6 +81,7 @@ class CommittedOffsets:
     snapshots: dict[str, GroupSnapshot] = field(default_factory=dict)
     offsets: dict[str, dict[TopicPartition, tuple[int, OffsetAndMetadata]]] = field(default_factory=dict)
     pending: dict[int, list[_Pending]] = field(default_factory=dict)  # producer id -> records in log order
+    skipped: list[SkippedRecord] = field(default_factory=list)  # undecodable records, in replay order
 
     # -- feeding records ---------------------------------------------------------------------------------------
 
@@ -75,17 +94,28 @@ class CommittedOffsets:
             return
         if control_type != CONTROL_NONE or key is None:
             return  # a cleaner-emptied batch (no key or value) or a keyless record: nothing to apply
-        decoded = decode_key(key)
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, GroupKey):
+                snapshot = None if value is None else decode_group_value(decoded.group, value)
+            else:
+                offset = None if value is None else decode_offset_value(value)
+        except CorruptOffsetsRecordError as e:
+            self.skipped.append(SkippedRecord(partition, record_offset, str(e)))
+            return
         if isinstance(decoded, GroupKey):
             if transactional:  # Kafka never writes group metadata in a transaction; neither do we
                 return
-            if value is None:
+            if snapshot is None:
                 self.snapshots.pop(decoded.group, None)
             else:
-                self.snapshots[decoded.group] = decode_group_value(decoded.group, value)
+                self.snapshots[decoded.group] = snapshot
             return
+        self._apply_offset(decoded, offset, partition, record_offset, producer_id, transactional)
+
+    def _apply_offset(self, decoded: OffsetKey, offset: OffsetAndMetadata | None, partition: int,
+                      record_offset: int, producer_id: int, transactional: bool) -> None:
         tp = (decoded.topic, decoded.partition)
-        offset = None if value is None else decode_offset_value(value)
         if transactional:
             self.pending.setdefault(producer_id, []).append(
                 _Pending(record_offset, partition, decoded.group, tp, offset))

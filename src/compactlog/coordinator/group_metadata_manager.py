@@ -23,6 +23,7 @@ one lock serialises them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ import pyarrow as pa
 from ..errors import InvalidTxnStateError, TopicExistsError
 from ..limits import INT_MAX
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, NO_PRODUCER_ID
+from ..topic_metadata import GROUP_METADATA_TOPIC_NAME
 from .committed_offsets import CommittedOffsets, LoadedGroup, TopicPartition
 from .offset_expiry import expired_offsets
 from .offset_records import (
@@ -51,7 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["OFFSETS_TOPIC", "GroupMetadataManager", "GroupSnapshot", "LoadedGroup", "MemberSnapshot",
            "OffsetAndMetadata", "TopicPartition", "java_string_hash", "partition_for", "replay_partition"]
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = GROUP_METADATA_TOPIC_NAME  # an internal topic: clients may neither produce to it nor delete it
+_log = logging.getLogger("compactlog")
 _MINUTE_MS = 60_000
 # Columns a replay reads: the record, and what tells a transactional record and a marker from the rest.
 _REPLAY_COLUMNS = ["offset", "key", "value", "producer_id", "producer_epoch", "sequence", "is_transactional",
@@ -108,6 +111,7 @@ class GroupMetadataManager:
         self._lock = threading.RLock()
         self._state = CommittedOffsets()
         self._sequences: dict[tuple[int, int], tuple[int, int]] = {}  # (producer id, partition) -> (epoch, next)
+        self.skipped_records = 0  # records the last load could not decode (committed_offsets' rules)
         self._create_topic()
         self.partitions = store.partitions(OFFSETS_TOPIC)  # an existing topic's count wins, as in Kafka
 
@@ -123,12 +127,16 @@ class GroupMetadataManager:
 
     def load(self) -> dict[str, LoadedGroup]:
         """Rebuild the cache from every partition of the topic: committed offsets and transactional ones whose
-        COMMIT marker is in the log; those of transactions still open stay pending. Returns every group."""
+        COMMIT marker is in the log; those of transactions still open stay pending. A record that cannot be
+        decoded is skipped with a warning and counted in ``skipped_records``. Returns every group."""
         with self._lock:
             state, sequences = CommittedOffsets(), dict[tuple[int, int], tuple[int, int]]()
             for partition in range(self.partitions):
                 replay_partition(self.store, partition, state, sequences)
-            self._state, self._sequences = state, sequences
+            for skipped in state.skipped:
+                _log.warning("%s-%d offset %d: record skipped while loading groups, it cannot be decoded: %s",
+                             OFFSETS_TOPIC, skipped.partition, skipped.offset, skipped.reason)
+            self._state, self._sequences, self.skipped_records = state, sequences, len(state.skipped)
             return state.loaded()
 
     # -- writing -----------------------------------------------------------------------------------------------

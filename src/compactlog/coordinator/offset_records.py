@@ -199,6 +199,9 @@ def decode_group_value(group_id: str, data: bytes) -> GroupSnapshot:
     value = _decode(GroupMetadataValue, data, "GroupMetadataValue")
     members = []
     for m in value.members:
+        if m.subscription is None or m.assignment is None:  # kafka-python reads a -1 length as null
+            raise CorruptOffsetsRecordError(f"GroupMetadataValue of {len(data)} bytes: member {m.member_id!r} has "
+                                            "a null subscription or assignment, which are not nullable")
         rebalance = m.session_timeout if value.version == 0 else m.rebalance_timeout
         members.append(MemberSnapshot(m.member_id, m.group_instance_id, m.client_id, m.client_host, rebalance,
                                       m.session_timeout, bytes(m.subscription), bytes(m.assignment)))
