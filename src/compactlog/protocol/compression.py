@@ -25,10 +25,11 @@ decompress are a :class:`~compactlog.errors.CorruptRecordError`.
 Decompression is bounded (a few KiB of zstd or snappy can claim gigabytes): :func:`decompress` takes the most
 bytes the records may decompress to and stops as soon as they would pass it, with a
 :class:`~compactlog.errors.RecordTooLargeError`, having held at most that much (plus one step) in memory.
-gzip and lz4 stop at ``max_length``; zstd is fed ``ZSTD_INPUT_STEP`` bytes at a time (a zstd block of 128 KiB
-takes as little as 4 bytes, so a step yields at most about 32768 times its size); snappy's uncompressed
-length (the varint that opens a raw block, of each block in xerial framing) is checked before the block is
-decompressed.
+gzip stops at ``max_length``; lz4 takes its output in doubling steps, each within what is left of the limit
+(python-lz4 allocates a step's whole ``max_length`` first); zstd is fed ``ZSTD_INPUT_STEP`` bytes at a time
+(a zstd block of 128 KiB takes as little as 4 bytes, so a step yields at most about 32768 times its size);
+snappy's uncompressed length (the varint that opens a raw block, of each block in xerial framing) is checked
+before the block is decompressed.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ ZSTD_LEVEL = 3
 _zstd_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 _zstd_decompressor = zstandard.ZstdDecompressor()
 ZSTD_INPUT_STEP = 1024
+LZ4_FIRST_STEP = 64 * 1024
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 UNLIMITED = (1 << 63) - 1
 
@@ -94,12 +96,7 @@ def decompress(compression: int, data: memoryview, limit: int = UNLIMITED) -> by
                 return _xerial_blocks(data, limit)
             return _snappy_block(data, limit, 0)
         if compression == LZ4:
-            stream = lz4.frame.LZ4FrameDecompressor()
-            records = stream.decompress(data, max_length=_bounded(limit))
-            _check_size(compression, len(records), limit)
-            if not stream.eof:
-                raise CorruptRecordError("lz4 records end before their frame does")
-            return records
+            return _lz4(data, limit)
         if compression == ZSTD:
             return _zstd(data, limit)
     except (cramjam.DecompressionError, RuntimeError, zstandard.ZstdError, zlib.error) as e:  # lz4: RuntimeError
@@ -133,6 +130,29 @@ def _gzip(data: memoryview, limit: int) -> bytes:
         rest = stream.unused_data
         if not rest:
             return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _lz4(data: memoryview, limit: int) -> bytes:
+    """One LZ4 frame, at most ``limit`` bytes. python-lz4 allocates (and the kernel maps) ``max_length`` before
+    it decompresses, which would cost a small frame far more than its decompression: the output is taken in
+    steps that double from :data:`LZ4_FIRST_STEP` or 4 times the input, each within what is left of the
+    limit."""
+    stream = lz4.frame.LZ4FrameDecompressor()
+    parts: list[bytes] = []
+    size = 0
+    step = max(LZ4_FIRST_STEP, 4 * len(data))
+    rest: bytes | memoryview = data
+    while True:
+        part = stream.decompress(rest, max_length=min(step, _bounded(limit - size)))
+        size += len(part)
+        _check_size(LZ4, size, limit)
+        parts.append(part)
+        if stream.eof:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        if stream.needs_input:
+            raise CorruptRecordError("lz4 records end before their frame does")
+        rest = b""
+        step *= 2
 
 
 def _zstd(data: memoryview, limit: int) -> bytes:
