@@ -30,11 +30,17 @@ gzip stops at ``max_length``; lz4 takes its output in doubling steps, each withi
 (a zstd block of 128 KiB takes as little as 4 bytes, so a step yields at most about 32768 times its size);
 snappy's uncompressed length (the varint that opens a raw block, of each block in xerial framing) is checked
 before the block is decompressed.
+
+The broker's storage threads compress and decompress at the same time. python-zstandard's contexts are not
+thread-safe: each thread has its own compressor and decompressor (:func:`_zstd_compressor`). The other codecs
+keep no context between calls: an lz4 frame decompressor and a zlib stream are made per call, and
+python-lz4's ``compress`` and cramjam's functions make theirs inside the call.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -55,12 +61,35 @@ XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 XERIAL_BLOCK_BYTES = 32 * 1024
 _BLOCK_LENGTH = struct.Struct(">i")
 ZSTD_LEVEL = 3
-_zstd_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-_zstd_decompressor = zstandard.ZstdDecompressor()
 ZSTD_INPUT_STEP = 1024
 LZ4_FIRST_STEP = 64 * 1024
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 UNLIMITED = (1 << 63) - 1
+
+
+# Each thread's zstd contexts (see _zstd_compressor).
+_contexts = threading.local()
+
+
+def _zstd_compressor() -> zstandard.ZstdCompressor:
+    """This thread's zstd compressor. python-zstandard's contexts are not thread-safe (one used by two
+    threads at once writes or reads other bytes, fails, or crashes the process), and a new one per call costs
+    about 15 us, more than compressing a small batch: one per thread, made at its first use."""
+    try:
+        compressor: zstandard.ZstdCompressor = _contexts.zstd_compressor
+    except AttributeError:
+        compressor = _contexts.zstd_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return compressor
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's zstd decompressor (as :func:`_zstd_compressor`: a ``decompressobj`` uses the context
+    of the decompressor that made it, so it is used by one thread and one stream at a time)."""
+    try:
+        decompressor: zstandard.ZstdDecompressor = _contexts.zstd_decompressor
+    except AttributeError:
+        decompressor = _contexts.zstd_decompressor = zstandard.ZstdDecompressor()
+    return decompressor
 
 
 def check_codec(compression: int) -> None:
@@ -80,7 +109,7 @@ def compress(compression: int, data: bytes | bytearray | memoryview) -> bytes:
     if compression == LZ4:
         return lz4.frame.compress(data, block_linked=False)
     if compression == ZSTD:
-        return _zstd_compressor.compress(data)
+        return _zstd_compressor().compress(data)
     raise ValueError("compress() of uncompressed records")
 
 
@@ -156,7 +185,7 @@ def _lz4(data: memoryview, limit: int) -> bytes:
 
 
 def _zstd(data: memoryview, limit: int) -> bytes:
-    stream = _zstd_decompressor.decompressobj()
+    stream = _zstd_decompressor().decompressobj()
     parts: list[bytes] = []
     size = 0
     for start in range(0, len(data), ZSTD_INPUT_STEP):
