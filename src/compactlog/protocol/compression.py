@@ -41,13 +41,14 @@ covers its compressed bytes only, and the broker stores what it decompressed und
 consumer's ``check.crcs`` sees only those): a decompression that gave other bytes would be stored and served
 as the client's records. So the records are found a second way that shares no state with the decompression
 that gave them: gzip by the CRC-32 and length the client wrote in the stream's trailer (a stream of several
-members, whose last trailer covers only the last, is decompressed a second time by cramjam); snappy by
-Arrow's decoder (Google's snappy; cramjam's is another implementation), block by block; lz4 and zstd by a
-second decompression in one call, with a context of its own, into the length the first gave (plus one byte,
-to see a longer one). Any difference is a :class:`~compactlog.errors.CorruptRecordError` (CORRUPT_MESSAGE
-to the producer), raised before anything of the batch is appended. The second way costs about one more
-decompression (gzip: one CRC-32 pass) and holds a second copy of the records while it compares;
-uncompressed records are parsed from the very bytes their batch's CRC covers and are not checked again.
+members, whose last trailer covers only the last, is decompressed a second time by cramjam); snappy
+(cramjam's keeps no state between calls) by a second decompression of each block into its place in a buffer
+of the length the first gave; lz4 and zstd by a second decompression in one call, with a context of its
+own, into that length plus one byte (to see a longer one). Any difference is a
+:class:`~compactlog.errors.CorruptRecordError` (CORRUPT_MESSAGE to the producer), raised before anything of
+the batch is appended. The second way costs about one more decompression (gzip: one CRC-32 pass) and holds
+a second copy of the records while it compares; uncompressed records are parsed from the very bytes their
+batch's CRC covers and are not checked again.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ from collections.abc import Callable
 
 import cramjam
 import lz4.frame
-import pyarrow as pa
 import zstandard
 
 from ..errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
@@ -155,8 +155,7 @@ def decompress(compression: int, data: memoryview, limit: int = UNLIMITED) -> by
         else:
             records = _zstd(data, limit)
         check_decompressed(compression, data, records)
-    except (cramjam.DecompressionError, RuntimeError, zstandard.ZstdError, zlib.error,  # lz4: RuntimeError
-            pa.ArrowException) as e:
+    except (cramjam.DecompressionError, RuntimeError, zstandard.ZstdError, zlib.error) as e:  # lz4: RuntimeError
         raise CorruptRecordError(f"{NAMES[compression]} records do not decompress: {e}") from e
     return records
 
@@ -330,9 +329,16 @@ def _snappy_again(data: memoryview, size: int) -> bytes:
     lengths = [_snappy_length(block, position) for position, block in blocks]
     if sum(lengths) != size:
         raise _second_differs(SNAPPY, size, f"{sum(lengths)} bytes (the blocks' lengths)")
-    codec = pa.Codec("snappy")  # stateless, and made in a fraction of a microsecond: one per call
-    return b"".join(codec.decompress(block, decompressed_size=length, asbytes=True)
-                    for (_, block), length in zip(blocks, lengths, strict=True))
+    # Each block into its place in one buffer of the known length: a block that decompresses to more than
+    # its varint says does not fit its slice and is an error.
+    records = bytearray(size)
+    view = memoryview(records)
+    at = 0
+    for (position, block), length in zip(blocks, lengths, strict=True):
+        if cramjam.snappy.decompress_raw_into(block, view[at:at + length]) != length:
+            raise _second_differs(SNAPPY, size, f"fewer bytes than the block at byte {position} says")
+        at += length
+    return bytes(records)
 
 
 def _lz4_again(data: memoryview, size: int) -> bytes:
