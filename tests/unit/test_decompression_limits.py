@@ -59,3 +59,25 @@ def test_records_cut_short_are_corrupt(code: int) -> None:
     packed = compression.compress(code, b"x" * 100_000)
     with pytest.raises(CorruptRecordError, match="end before"):
         compression.decompress(code, memoryview(packed[:len(packed) // 2]), LIMIT)
+
+
+@pytest.mark.parametrize("limit", [LIMIT, compression.UNLIMITED])
+def test_a_small_lz4_frame_holds_about_its_size_whatever_the_limit(limit: int) -> None:
+    """python-lz4 allocates a call's whole ``max_length``: steps from 64 KiB, never the limit at once."""
+    records = bytes(range(256)) * 64  # 16 KiB, a producer's batch
+    packed = memoryview(compression.compress(compression.LZ4, records))
+    tracemalloc.start()
+    try:
+        assert compression.decompress(compression.LZ4, packed, limit) == records
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024, peak
+
+
+def test_lz4_records_larger_than_the_first_step_decompress_whole_in_steps() -> None:
+    records = bytes(range(256)) * (MIB // 256) + b"end"  # compresses about 250 times: many steps
+    packed = memoryview(compression.compress(compression.LZ4, records))
+    assert compression.decompress(compression.LZ4, packed, LIMIT) == records
+    with pytest.raises(RecordTooLargeError):
+        compression.decompress(compression.LZ4, packed, len(records) - 1)

@@ -18,6 +18,10 @@
  * its type, a length past its record or batch, a record whose fields do not fill its length exactly, bytes
  * left after a batch's last record. It raises ValueError with a one-line message (record_batch.py turns it
  * into CorruptRecordError). Both loops run without the GIL.
+ *
+ * The broker's storage threads call this module at the same time: it keeps no state between calls but the
+ * CRC-32C table and the SSE 4.2 flag, both set once when the module is imported. Keep it so (no static
+ * buffers): every call's work lives on its stack and in the objects it returns.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -152,7 +152,8 @@ def records_limit(max_batch_bytes: int | None) -> int:
 
 def decode_batches(data: bytes | bytearray | memoryview, max_batch_bytes: int | None = None) -> list[ProducedBatch]:
     """Every batch in ``data`` (a produce request's records), validated: magic 2, batch length, CRC-32C,
-    record count, every record's varints and lengths. Any violation (also a batch cut short at the end)
+    record count, every record's varints and lengths, a compressed batch's records found the same a second
+    way (:func:`~compactlog.protocol.compression.check_decompressed`). Any violation (also a batch cut short at the end)
     raises :class:`CorruptRecordError`; an unknown codec :class:`UnsupportedCompressionTypeError`. With
     ``max_batch_bytes``, a batch larger than that, or whose records decompress past
     :func:`records_limit` of it, is a :class:`RecordTooLargeError`, raised before any batch is decompressed
