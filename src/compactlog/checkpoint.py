@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import SupportsIndex, TypeAlias
 
 from compactlog.errors import CheckpointError
-from compactlog.faults import fault_point
+from compactlog.faults import fault_point, io_fault
 from compactlog.limits import INT_MAX, LONG_MAX
 
 __all__ = [
@@ -178,6 +178,7 @@ def _fsync_dir(directory: Path) -> None:
     """Make a rename inside ``directory`` durable (the new directory entry reaches the disk)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
+        io_fault("checkpoint.dir-fsync")
         os.fsync(fd)
     except OSError as e:
         # Some filesystems cannot fsync a directory; the rename is still atomic there, only its
@@ -220,10 +221,13 @@ def write_checkpoint(path: str | os.PathLike[str], entries: Mapping[TopicPartiti
     tmp = _tmp_path(path)
     try:
         with open(tmp, "wb") as f:
+            io_fault("checkpoint.write")
             f.write(data)
             f.flush()
+            io_fault("checkpoint.fsync")
             os.fsync(f.fileno())
         fault_point("checkpoint.tmp-written")
+        io_fault("checkpoint.rename")
         os.replace(tmp, path)
     except BaseException:
         # Do not leave a half-written .tmp behind (the next write would overwrite it anyway).

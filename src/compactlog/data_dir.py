@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import DataDirectoryError, ReadOnlyStoreError
+from .faults import io_fault
 from .properties import parse_properties
 from .segment import fsync_path
 
@@ -211,16 +212,20 @@ def _write_meta_once(path: str, meta: MetaProperties) -> MetaProperties:
     tmp = os.path.join(path, f".{META_PROPERTIES}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
+            io_fault("meta-properties.write")
             f.write(format_meta_properties(meta))
             f.flush()
+            io_fault("meta-properties.fsync")
             os.fsync(f.fileno())
         try:
+            io_fault("meta-properties.link")
             os.link(tmp, final)
         except FileExistsError:
             return _read_meta(path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+    io_fault("meta-properties.dir-fsync")
     fsync_path(path)
     return meta
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .faults import io_fault
+
 OFFSET_DIGITS = 20
 ACTIVE_SUFFIX = ".log"
 SEALED_SUFFIX = ".parquet"
@@ -54,6 +56,15 @@ class SegmentMeta:
     first_timestamp: int
     max_timestamp: int
     active: bool
+
+
+def truncate_file(path: str, size: int) -> None:
+    """Cut the file at ``path`` to ``size`` bytes, durably: an active segment's torn tail at its opening, or
+    the frames of an append that failed."""
+    with open(path, "r+b") as f:
+        io_fault("log.truncate")
+        f.truncate(size)
+        os.fsync(f.fileno())
 
 
 def fsync_path(path: str) -> None:

@@ -35,7 +35,7 @@ import uuid
 from .checkpoint import CheckpointFile
 from .data_dir import exclusive_lock
 from .errors import UnknownTopicOrPartitionError
-from .faults import fault_point
+from .faults import fault_point, io_fault
 from .segment import fsync_path
 from .topic_metadata import metadata_lock
 
@@ -83,9 +83,12 @@ def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: i
 
 def _write_marker(path: str, topic_id: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
+        io_fault("topic-deletion.marker-write")
         f.write(topic_id)
         f.flush()
+        io_fault("topic-deletion.marker-fsync")
         os.fsync(f.fileno())
+    io_fault("topic-deletion.marker-dir-fsync")
     fsync_path(os.path.dirname(path))
 
 
@@ -105,15 +108,19 @@ def _delete_marked(data_dir: str, topics_dir: str, topic: str, partitions: int |
         target = os.path.join(data_dir, f"{os.path.basename(directory)[:200]}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         # The partition lock (``<partition-dir>/.lock``, as :func:`compactlog.data_dir.open_partition_lock`)
         with exclusive_lock(os.path.join(directory, ".lock")):  # waits out an append or a swap of another process
+            io_fault("topic-deletion.partition-rename")
             os.replace(directory, target)
+        io_fault("topic-deletion.partition-dir-fsync")
         fsync_path(data_dir)
         doomed.append(target)
         fault_point("store.delete-partition-renamed")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_metadata_path(topics_dir, topic))
+    io_fault("topic-deletion.metadata-dir-fsync")
     fsync_path(topics_dir)
     fault_point("store.delete-metadata-removed")
     os.unlink(marker_path(topics_dir, topic))
+    io_fault("topic-deletion.unmark-dir-fsync")
     fsync_path(topics_dir)
     fault_point("store.delete-unmarked")
     return doomed

@@ -27,6 +27,7 @@ from typing import Any
 from .config import BrokerConfig, TopicConfig, topic_config
 from .data_dir import exclusive_lock
 from .errors import ConfigError, CorruptTopicMetadataError, InvalidTopicError
+from .faults import io_fault
 from .segment import fsync_path
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -113,10 +114,14 @@ def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapp
     with metadata_lock(directory):
         with open(tmp, "w", encoding="utf-8") as f:
             meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
+            io_fault("topic-metadata.write")
             json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
             f.flush()
+            io_fault("topic-metadata.fsync")
             os.fsync(f.fileno())
+        io_fault("topic-metadata.rename")
         os.replace(tmp, path)
+    io_fault("topic-metadata.dir-fsync")
     fsync_path(directory)
 
 

@@ -51,6 +51,7 @@ from typing import NamedTuple
 
 from .data_dir import exclusive_lock
 from .errors import CorruptTransactionStateError
+from .faults import io_fault
 from .segment import fsync_path
 from .transaction_transitions import TopicPartition, TransactionMetadata
 
@@ -318,8 +319,10 @@ class TransactionStateManager:
             record = b"\n" + record  # after a torn tail: a line of its own
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            io_fault("transaction-state.append")
             os.write(fd, record)
             if sync or not exists:
+                io_fault("transaction-state.fdatasync")
                 os.fdatasync(fd)
             file = _file_id(os.fstat(fd))
         finally:
@@ -328,6 +331,7 @@ class TransactionStateManager:
             # A new file is made durable whatever ``sync`` says, its directory entry included: later
             # fdatasyncs of its appends reach its data and size, never the entry. Then the earlier format's
             # file is left behind: a crash before the unlink leaves both, and the .state file wins.
+            io_fault("transaction-state.dir-fsync")
             fsync_path(self.directory)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.directory, legacy_file_name(meta.transactional_id)))
@@ -340,11 +344,14 @@ class TransactionStateManager:
         """Rewrite the state log as its latest line (crash points: the module docstring)."""
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "wb") as f:
+            io_fault("transaction-state.compact-write")
             f.write(state_record(meta))
             f.flush()
             os.fsync(f.fileno())
             file = _file_id(os.fstat(f.fileno()))
+        io_fault("transaction-state.compact-rename")
         os.replace(tmp, path)
+        io_fault("transaction-state.compact-dir-fsync")
         fsync_path(self.directory)
         self._cache[path] = _Cached(file, copy_metadata(meta), True)
         self._checked.add(path)
@@ -356,10 +363,14 @@ class TransactionStateManager:
         path = os.path.join(self.directory, name)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
+            io_fault("producer-ids.write")
             f.write(text)
             f.flush()
             if sync:
+                io_fault("producer-ids.fsync")
                 os.fsync(f.fileno())
+        io_fault("producer-ids.rename")
         os.replace(tmp, path)
         if sync:
+            io_fault("producer-ids.dir-fsync")
             fsync_path(self.directory)

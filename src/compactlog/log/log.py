@@ -45,7 +45,7 @@ from ..record import (
     record_columns,
 )
 from ..sealed_segment import SealedSegment
-from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
+from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name, truncate_file
 from . import loader, reads, swap
 from .directory import directory_stamp, fsync_dir, listing_stamp, segments_changed
 from .frame_encoder import encode_ahead
@@ -290,9 +290,7 @@ class Log:
         the producer state from the disk, so that both say the same as the files (the caller holds the lock)."""
         try:
             if self._active is active:  # its frames, and the torn bytes of a frame the error cut short
-                with open(active.path, "r+b") as f:
-                    f.truncate(size)
-                    os.fsync(f.fileno())
+                truncate_file(active.path, size)
         finally:
             self._sealed, self._active = self._open()
 
@@ -484,6 +482,7 @@ class Log:
         """Rename ``path`` to ``.deleted`` and remove it once ``delay_ms`` has passed (Kafka's async
         delete; the caller holds the lock)."""
         deleted = path + DELETED_SUFFIX
+        io_fault("log.delete-rename")
         os.replace(path, deleted)
         self._pending_deletes.append((self._clock() + delay_ms, deleted))
         self.delete_expired_files()

@@ -112,12 +112,14 @@ class LogProducerState:
                 io_fault("log.snapshot-write")
                 f.write(self.manager.to_snapshot())
                 f.flush()
+                io_fault("log.snapshot-fsync")
                 os.fsync(f.fileno())
         except OSError:  # a full or failing disk: the partial file goes now, not at the next open
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
         fault_point("log.snapshot-tmp-written")
+        io_fault("log.snapshot-rename")
         os.replace(tmp, path)
         for _, old in sorted(self.snapshots())[:-2]:
             with contextlib.suppress(FileNotFoundError):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from ..errors import CleanerError
-from ..faults import fault_point
+from ..faults import fault_point, io_fault
 from ..sealed_segment import SealedSegment
 from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX, offset_from_name
 from .directory import fsync_dir, is_live_sealed, segment_names
@@ -81,6 +81,7 @@ def install(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, S
     fault_point("cleaner.cleaned-written")
     ordered = sorted(cleaned, key=lambda g: g.base_offset)
     for group in reversed(ordered):
+        io_fault("cleaner.swap-rename")
         os.replace(group.cleaned_path, group.cleaned_path[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
         hook(f"swap-renamed:{group.base_offset}")
         fault_point("cleaner.swap-renamed")
@@ -93,6 +94,7 @@ def install(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, S
     installed = []
     for group in ordered:
         final = group.cleaned_path[: -len(CLEANED_SUFFIX)]
+        io_fault("cleaner.install-rename")
         os.replace(final + SWAP_SUFFIX, final)
         hook(f"swap-installed:{group.base_offset}")
         fault_point("cleaner.swap-installed")
@@ -128,6 +130,7 @@ def recover(directory: str) -> None:
         if is_live_sealed(name) and low <= offset_from_name(name) < high:
             os.unlink(os.path.join(directory, name))
     for name in swaps:
+        io_fault("cleaner.recovery-rename")
         os.replace(os.path.join(directory, name), os.path.join(directory, name[: -len(SWAP_SUFFIX)]))
 
 
