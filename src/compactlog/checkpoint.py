@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import SupportsIndex, TypeAlias
 
-from compactlog.errors import CheckpointError
+from compactlog.errors import CheckpointError, storage_errors
 from compactlog.faults import fault_point, io_fault
 from compactlog.limits import INT_MAX, LONG_MAX
 
@@ -285,11 +285,13 @@ class CheckpointFile:
         """The current entries (see :func:`read_checkpoint`)."""
         return read_checkpoint(self._path)
 
+    @storage_errors("writing the cleaner checkpoint")
     def write(self, entries: Mapping[TopicPartition, int]) -> None:
-        """Replace all entries (see :func:`write_checkpoint`)."""
+        """Replace all entries (see :func:`write_checkpoint`); an I/O error is a KafkaStorageError."""
         with self._exclusive():
             write_checkpoint(self._path, entries)
 
+    @storage_errors("writing the cleaner checkpoint")
     def update(
         self,
         add: Mapping[TopicPartition, int] | None = None,

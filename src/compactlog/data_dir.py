@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import fcntl
 import os
 import uuid
@@ -186,10 +185,8 @@ def open_data_dir(path: str) -> DataDirectory:
     try:
         os.makedirs(os.path.join(path, TOPICS_DIR), exist_ok=True)
         meta = _write_meta_once(path, MetaProperties(WRITTEN_VERSION, random_directory_id()))
-    except OSError as e:
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise DataDirectoryError(f"cannot create a store in {path}: {e.strerror}") from e
-        raise
+    except OSError as e:  # a read-only or full disk, an I/O error
+        raise DataDirectoryError(f"cannot create a store in {path}: {e.strerror}") from e
     return DataDirectory(path, False, meta.directory_id)
 
 

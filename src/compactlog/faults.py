@@ -192,6 +192,12 @@ def io_fault(name: str) -> None:
         raise OSError(armed[1], f"{INJECTED} {os.strerror(armed[1])} at {name}")
 
 
+def io_hits(name: str) -> int:
+    """How often armed point ``name`` was met since it was armed (0 when it is not armed)."""
+    armed = _IO_ARMED.get(name)
+    return armed[2] if armed is not None else 0
+
+
 INJECTED = "injected"  # the first word of an injected OSError's message
 
 

@@ -27,6 +27,7 @@ marker whose metadata file is gone or holds another id only needs removing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -34,9 +35,9 @@ import uuid
 
 from .checkpoint import CheckpointFile
 from .data_dir import exclusive_lock
-from .errors import UnknownTopicOrPartitionError
+from .errors import UnknownTopicOrPartitionError, storage_errors
 from .faults import fault_point, io_fault
-from .segment import fsync_path
+from .segment import fsync_path, removed_on_error
 from .topic_metadata import metadata_lock
 
 DELETE_DIR_SUFFIX = "-delete"
@@ -45,6 +46,21 @@ MARKER_SUFFIX = ".deleting"
 
 def marker_path(topics_dir: str, topic: str) -> str:
     return os.path.join(topics_dir, f"{topic}{MARKER_SUFFIX}")
+
+
+def is_being_deleted(topics_dir: str, topic: str, topic_id: str | None) -> bool:
+    """Whether a deletion of topic ``topic`` (id ``topic_id``) is marked and not finished: one that failed
+    part-way (a retry or the next open finishes it) or runs in another process. Its partitions must not be
+    opened: what they took would be deleted."""
+    try:
+        with open(marker_path(topics_dir, topic), encoding="utf-8", errors="replace") as f:
+            return f.read() == (topic_id or "")
+    except FileNotFoundError:
+        return False
+    except OSError as e:  # a name too long for a marker: no deletion of it can have been marked
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        return False
 
 
 def _metadata_path(topics_dir: str, topic: str) -> str:
@@ -66,6 +82,7 @@ def _holds_id(path: str, topic_id: str) -> bool:
     return (held if isinstance(held, str) else "") == topic_id
 
 
+@storage_errors("deleting a topic")
 def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: int, topic_id: str | None,
                        checkpoint: CheckpointFile) -> None:
     """Delete topic ``topic`` (``partitions`` partitions, id ``topic_id``) in the order of the module
@@ -74,7 +91,8 @@ def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: i
     with metadata_lock(topics_dir):
         if not _holds_id(_metadata_path(topics_dir, topic), topic_id or ""):  # deleted (and created?) meanwhile
             raise UnknownTopicOrPartitionError(f"topic {topic!r} was deleted by another store meanwhile")
-        _write_marker(marker, topic_id or "")
+        with removed_on_error(marker):  # a marker not yet durable is no deletion: the topic stays whole
+            _write_marker(marker, topic_id or "")
         fault_point("store.delete-marked")
         doomed = _delete_marked(data_dir, topics_dir, topic, partitions, checkpoint)
     for path in doomed:
@@ -132,6 +150,7 @@ def _partition_numbers(data_dir: str, topic: str) -> list[int]:
                   if name.startswith(prefix) and name[len(prefix):].isdigit())
 
 
+@storage_errors("finishing a topic's deletion")
 def finish_pending_deletions(data_dir: str, topics_dir: str, checkpoint: CheckpointFile) -> None:
     """Finish every deletion a crash interrupted (see the module docstring), then remove every ``-delete``
     directory. Called when a writable store opens."""

@@ -26,9 +26,9 @@ from typing import Any
 
 from .config import BrokerConfig, TopicConfig, topic_config
 from .data_dir import exclusive_lock
-from .errors import ConfigError, CorruptTopicMetadataError, InvalidTopicError
+from .errors import ConfigError, CorruptTopicMetadataError, InvalidTopicError, storage_errors
 from .faults import io_fault
-from .segment import fsync_path
+from .segment import fsync_path, removed_on_error
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
@@ -106,12 +106,13 @@ def metadata_lock(directory: str) -> Iterator[None]:
         yield
 
 
+@storage_errors("writing topic metadata")
 def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
                          topic_id: str | None) -> None:
     directory = os.path.dirname(path)
     # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
     tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
-    with metadata_lock(directory):
+    with metadata_lock(directory), removed_on_error(tmp):
         with open(tmp, "w", encoding="utf-8") as f:
             meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
             io_fault("topic-metadata.write")

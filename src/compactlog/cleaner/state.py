@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..data_dir import exclusive_lock
-from ..errors import CorruptCleanerStateError
+from ..errors import CorruptCleanerStateError, storage_errors
 from ..faults import io_fault
 from ..segment import fsync_path
 from .metrics import CleanerStats
@@ -157,6 +157,7 @@ def load_cleaner_state(data_dir: str, remove_tmp: bool) -> CleanerState:
         return CleanerState()
 
 
+@storage_errors("writing cleaner-state.json")
 def write_cleaner_state(data_dir: str, state: CleanerState) -> None:
     """Replace ``cleaner-state.json`` atomically (see the module docstring)."""
     path = state_path(data_dir)

@@ -15,6 +15,8 @@ at any step, as Kafka's loader: a ``.cleaned`` file left means step 2 had not fi
 files at or above the lowest ``.cleaned`` offset and every ``.cleaned`` file are deleted and the old
 segments stay; the remaining ``.swap`` files (the swap had started) replace the live segments in their
 offset range. The ``.deleted`` files of step 3 are removed by the loader.
+An I/O error at any step runs that recovery at once (the caller holds the cleaner's lock, which keeps the
+loader's from running), so nothing of the failed swap stays in transit.
 
 ``hook`` (tests only) is called with the name of each step just after it happens, so a test can stop
 the protocol there as a crash would; each step is also a named :mod:`compactlog.faults` point, where a
@@ -79,6 +81,16 @@ def install(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, S
                     f"{directory}: segment {base} changed while it was being cleaned; round abandoned")
     hook("cleaned-written")
     fault_point("cleaner.cleaned-written")
+    try:
+        return _renamed(directory, cleaned, live, schedule_delete, hook)
+    except OSError:  # an I/O error part-way: finished or undone now as after a crash (the cleaner's lock is ours)
+        recover(directory)
+        raise
+
+
+def _renamed(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, SealedSegment],
+             schedule_delete: Callable[[str], None], hook: SwapHook) -> tuple[set[int], list[SealedSegment]]:
+    """:func:`install`'s renames, once every source is known unchanged."""
     ordered = sorted(cleaned, key=lambda g: g.base_offset)
     for group in reversed(ordered):
         io_fault("cleaner.swap-rename")
