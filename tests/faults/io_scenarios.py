@@ -305,6 +305,9 @@ SCENARIOS = [
       for step in ("write", "fsync", "rename", "dir-fsync")],
     *[Scenario(f"topic-metadata.{step}", "create-topic", **CREATE)
       for step in ("write", "fsync", "rename", "dir-fsync")],
+    Scenario("topic-metadata.rename", "alter-config",
+             lambda b, a: b.store.alter_topic_config("t", {"retention.ms": 1000 + a}),
+             check=lambda b, config: None if config.retention_ms == 1001 else pytest.fail("not altered")),
     # A marker not yet durable is removed (the topic stays whole); past it, the deletion is pending.
     *[Scenario(f"topic-deletion.{step}", "delete-topic", **DELETE, after_failure=lambda b: b.check_whole())
       for step in ("marker-write", "marker-fsync", "marker-dir-fsync")],

@@ -279,18 +279,18 @@ class Log:
     def _failing(self, what: str, cut: tuple[ActiveSegment, int] | None = None) -> Iterator[None]:
         """Around a change of the partition's files (the caller holds the lock): an I/O error part-way is a
         KafkaStorageError, after ``cut`` (an append's active segment and its size before: its frames and a
-        frame's torn bytes are cut, unless it rolled meanwhile, when the sealed prefix stays as after a crash)
-        and a reload from the disk, whose recovery removes or finishes what the change left in transit, so
-        that the view says what the files say. A disk failing again leaves both to the next open."""
+        frame's torn bytes are cut, unless it rolled meanwhile, when the sealed prefix stays as after a crash).
+        The view is left as it is: the next hold of the lock finds the files changed (the directory's stamp,
+        the active segment's size) and loads it again, its recovery finishing or removing what was left."""
         try:
             yield
         except OSError as e:
-            try:
-                if cut is not None and self._active is cut[0]:
+            if cut is not None and self._active is cut[0]:
+                try:
                     truncate_file(cut[0].path, cut[1])
-                self._sealed, self._active = self._open()
-            except OSError as again:
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: {what}: {e}; undoing it: {again}") from e
+                except OSError as again:  # the frames stay, unacknowledged (as after a crash before the fsync)
+                    raise KafkaStorageError(f"{self.topic}-{self.partition}: {what}: {e}; cutting its frames "
+                                            f"failed too: {again}") from e
             raise KafkaStorageError(f"{self.topic}-{self.partition}: {what}: {e}") from e
 
     def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
