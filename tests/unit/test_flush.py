@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from compactlog.errors import KafkaStorageError
 from compactlog import flush
+from compactlog.errors import KafkaStorageError
 from compactlog.flush import flush_logs
 
 
