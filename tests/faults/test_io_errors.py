@@ -1,7 +1,10 @@
-"""Injected I/O errors (ENOSPC, EIO) at the log's frame write and fsync (``faults.io_fault``): a failed
-append is not acknowledged, leaves nothing of itself in the active segment, and every acknowledgement
-after it is true (the records are at the offsets returned). A roll or clean failing on a full disk, and a
-kill mid-snapshot, leave no temporary file behind."""
+"""Injected I/O errors (ENOSPC, EIO; ``faults.io_fault``). At every I/O point of
+:data:`compactlog.faults.IO_FAULT_POINTS` (the operations of :mod:`io_scenarios`): the operation fails with
+its CompactLogError (a clean reports it), nothing acknowledged is lost, no file in transit is left, the store
+works again and a reopen recovers. And in detail at the log's frame write and fsync: a failed append is not
+acknowledged, leaves nothing of itself in the active segment, and every acknowledgement after it is true (the
+records are at the offsets returned); a roll or clean failing on a full disk, and a kill mid-snapshot, leave
+no temporary file behind."""
 
 from __future__ import annotations
 
