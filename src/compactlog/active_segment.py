@@ -41,7 +41,7 @@ from .record import (
     SCHEMA,
     constant_column,
 )
-from .segment import SegmentMeta
+from .segment import SegmentMeta, truncate_file
 
 FRAME_MAGIC = b"CLB2"
 _FRAME_HEADER = struct.Struct("<4sIIHHIqqqq")
@@ -218,6 +218,7 @@ class ActiveSegment:
 
     @classmethod
     def create(cls, path: str, base_offset: int) -> ActiveSegment:
+        io_fault("log.segment-create")
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
         try:
             os.fsync(fd)
@@ -314,9 +315,7 @@ class ActiveSegment:
         if invalid and truncate:
             _log.warning("%s: truncating %d bytes after offset %d at byte %d (a torn or corrupt tail)",
                          self.path, invalid, self.next_offset - 1, self.size)
-            with open(self.path, "r+b") as f:
-                f.truncate(self.size)
-                os.fsync(f.fileno())
+            truncate_file(self.path, self.size)
         return invalid
 
     def _check_torn_tail(self, file_size: int) -> None:

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import SupportsIndex, TypeAlias
 
-from compactlog.errors import CheckpointError
-from compactlog.faults import fault_point
+from compactlog.errors import CheckpointError, storage_errors
+from compactlog.faults import fault_point, io_fault
 from compactlog.limits import INT_MAX, LONG_MAX
 
 __all__ = [
@@ -178,6 +178,7 @@ def _fsync_dir(directory: Path) -> None:
     """Make a rename inside ``directory`` durable (the new directory entry reaches the disk)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
+        io_fault("checkpoint.dir-fsync")
         os.fsync(fd)
     except OSError as e:
         # Some filesystems cannot fsync a directory; the rename is still atomic there, only its
@@ -220,10 +221,13 @@ def write_checkpoint(path: str | os.PathLike[str], entries: Mapping[TopicPartiti
     tmp = _tmp_path(path)
     try:
         with open(tmp, "wb") as f:
+            io_fault("checkpoint.write")
             f.write(data)
             f.flush()
+            io_fault("checkpoint.fsync")
             os.fsync(f.fileno())
         fault_point("checkpoint.tmp-written")
+        io_fault("checkpoint.rename")
         os.replace(tmp, path)
     except BaseException:
         # Do not leave a half-written .tmp behind (the next write would overwrite it anyway).
@@ -281,11 +285,13 @@ class CheckpointFile:
         """The current entries (see :func:`read_checkpoint`)."""
         return read_checkpoint(self._path)
 
+    @storage_errors("writing the cleaner checkpoint")
     def write(self, entries: Mapping[TopicPartition, int]) -> None:
-        """Replace all entries (see :func:`write_checkpoint`)."""
+        """Replace all entries (see :func:`write_checkpoint`); an I/O error is a KafkaStorageError."""
         with self._exclusive():
             write_checkpoint(self._path, entries)
 
+    @storage_errors("writing the cleaner checkpoint")
     def update(
         self,
         add: Mapping[TopicPartition, int] | None = None,

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import fcntl
 import os
 import uuid
@@ -50,6 +49,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import DataDirectoryError, ReadOnlyStoreError
+from .faults import io_fault
 from .properties import parse_properties
 from .segment import fsync_path
 
@@ -185,10 +185,8 @@ def open_data_dir(path: str) -> DataDirectory:
     try:
         os.makedirs(os.path.join(path, TOPICS_DIR), exist_ok=True)
         meta = _write_meta_once(path, MetaProperties(WRITTEN_VERSION, random_directory_id()))
-    except OSError as e:
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise DataDirectoryError(f"cannot create a store in {path}: {e.strerror}") from e
-        raise
+    except OSError as e:  # a read-only or full disk, an I/O error
+        raise DataDirectoryError(f"cannot create a store in {path}: {e.strerror}") from e
     return DataDirectory(path, False, meta.directory_id)
 
 
@@ -211,16 +209,20 @@ def _write_meta_once(path: str, meta: MetaProperties) -> MetaProperties:
     tmp = os.path.join(path, f".{META_PROPERTIES}.{uuid.uuid4().hex}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
+            io_fault("meta-properties.write")
             f.write(format_meta_properties(meta))
             f.flush()
+            io_fault("meta-properties.fsync")
             os.fsync(f.fileno())
         try:
+            io_fault("meta-properties.link")
             os.link(tmp, final)
         except FileExistsError:
             return _read_meta(path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+    io_fault("meta-properties.dir-fsync")
     fsync_path(path)
     return meta
 

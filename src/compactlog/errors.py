@@ -6,6 +6,9 @@ Errors that wrap a lower-level failure are raised ``from`` it.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class CompactLogError(Exception):
     """Root of every error compactlog raises on purpose."""
@@ -100,9 +103,22 @@ class CorruptTopicMetadataError(CompactLogError):
 
 
 class KafkaStorageError(CompactLogError, OSError):
-    """A write or fsync of a partition's files failed (disk full, I/O error), as Kafka's
-    ``KafkaStorageException``: the append is not acknowledged and none of its frames is kept in the active
-    segment; the cause (the ``OSError``) is chained."""
+    """A write, fsync or rename of the store's files failed (disk full, I/O error), as Kafka's
+    ``KafkaStorageException``: the operation is not acknowledged (an append keeps none of its frames in the
+    active segment) and leaves no file in transit; the cause (the ``OSError``) is chained."""
+
+
+@contextlib.contextmanager
+def storage_errors(what: str) -> Iterator[None]:
+    """Kafka's ``maybeHandleIOException``, as a context manager or a decorator: an ``OSError`` raised while
+    doing ``what`` (writing the store's files) becomes a :class:`KafkaStorageError` naming it; compactlog's
+    own errors pass unchanged."""
+    try:
+        yield
+    except CompactLogError:
+        raise
+    except OSError as e:
+        raise KafkaStorageError(f"{what} failed: {e}") from e
 
 
 class InvalidRequestError(CompactLogError, ValueError):

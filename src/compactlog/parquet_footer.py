@@ -23,6 +23,7 @@ import os
 import struct
 
 from .errors import CorruptSegmentError
+from .faults import io_fault
 
 _MAGIC = b"PAR1"
 _TRAILER = struct.Struct("<I4s")  # footer length, magic
@@ -188,4 +189,5 @@ def reverse_row_groups(path: str) -> None:
         patched = reversed_footer(footer)
         if patched != footer:
             file.seek(start)
+            io_fault("segment.footer-reverse")
             file.write(patched)

@@ -25,7 +25,6 @@ held to the same range checks without the CRC.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import mmap
 import os
@@ -33,7 +32,6 @@ import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,10 +39,12 @@ import pyarrow.parquet as pq
 
 from .columns import from_numpy, to_numpy
 from .errors import CorruptSegmentError
+from .faults import io_fault
 from .parquet_footer import reverse_row_groups
 from .producer_state import AbortedTxn
 from .record import CONTROL_NONE, SCHEMA
 from .segment import SegmentMeta, fsync_path
+from .writeback import start_writeback
 
 # Rows per Parquet row group of a sealed segment (about 8-9 MB decoded with 100-byte values). A row group
 # is the unit the cleaner reads, maps, decides and encodes, and each step holds one, so this sets the
@@ -354,6 +354,7 @@ class SegmentWriter:
 
         def write() -> None:
             for table in tables:
+                io_fault("segment.row-group-write")
                 self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
                 offsets, timestamps = to_numpy(table.column(0)), to_numpy(table.column(1))
                 for start in range(0, table.num_rows, ROW_GROUP_ROWS):  # write_table's cut into row groups
@@ -397,9 +398,11 @@ class SegmentWriter:
         footer[_CHECKSUM_KEY.decode()] = str(footer_checksum(
             {k.encode(): v.encode() for k, v in footer.items()}, groups))
         self._writer.add_key_value_metadata(footer)
+        io_fault("segment.footer-write")
         self._writer.close()
         if self._newest_first:
             reverse_row_groups(self.path)
+        io_fault("segment.fsync")
         fsync_path(self.path)
         segment = SealedSegment.open(self.path, self.base_offset)
         self.bytes_written = segment.meta.size_bytes
@@ -429,37 +432,6 @@ def write_sealed(path: str, rows: pa.Table | list[pa.RecordBatch], base_offset: 
     except BaseException:
         writer.abort()
         raise
-
-
-def _sync_file_range() -> Any:  # the C function, or None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.sync_file_range
-    except (OSError, AttributeError, TypeError):  # no C library by that name, or no such call in it
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-_SYNC_FILE_RANGE = _sync_file_range()  # Linux; elsewhere the final fsync does all the writing back
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def start_writeback(path: str) -> None:
-    """Start writing the file's dirty pages to disk, without waiting (Linux's ``sync_file_range``, as
-    RocksDB's ``bytes_per_sync``): a segment written in row groups then reaches the disk while the rest of
-    it is encoded, and its closing fsync waits only for the last row group (measured on a 110 MB cleaned
-    segment: 1-2 ms instead of 50-60 ms at the end of a round). A hint only: durability is still the
-    fsync's; an error here is ignored."""
-    if _SYNC_FILE_RANGE is None:
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-        finally:
-            os.close(fd)
 
 
 # A whole file is read as this many runs of row groups at once, each by its own reader (a reader decodes

@@ -15,8 +15,12 @@ ready to replace old segments), ``.deleted`` (replaced, awaiting ``file.delete.d
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from .faults import io_fault
 
 OFFSET_DIGITS = 20
 ACTIVE_SUFFIX = ".log"
@@ -54,6 +58,27 @@ class SegmentMeta:
     first_timestamp: int
     max_timestamp: int
     active: bool
+
+
+@contextlib.contextmanager
+def removed_on_error(path: str) -> Iterator[None]:
+    """Around the writing (and renaming) of a temporary file: an error removes it, so a full or failing disk
+    leaves no partial file behind."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+
+
+def truncate_file(path: str, size: int) -> None:
+    """Cut the file at ``path`` to ``size`` bytes, durably: an active segment's torn tail at its opening, or
+    the frames of an append that failed."""
+    with open(path, "r+b") as f:
+        io_fault("log.truncate")
+        f.truncate(size)
+        os.fsync(f.fileno())
 
 
 def fsync_path(path: str) -> None:

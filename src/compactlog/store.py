@@ -31,8 +31,15 @@ from .checkpoint import CheckpointFile
 from .columns import from_numpy, to_numpy
 from .config import BrokerConfig, TopicConfig, alter, load_broker_config, producer_config, topic_config
 from .data_dir import TOPICS_DIR, open_data_dir, read_only_error
-from .errors import CompactLogError, ConfigError, InvalidTopicError, StoreClosedError, UnknownTopicOrPartitionError
+from .errors import (
+    CompactLogError,
+    InvalidTopicError,
+    StoreClosedError,
+    UnknownTopicOrPartitionError,
+    storage_errors,
+)
 from .log import Log
+from .log.reads import check_isolation_level
 from .partition_view import PartitionInfo, SegmentInfo, describe_partition, unreadable_partition
 from .producer_state import aborted_mask, check_batch_fields
 from .record import (
@@ -48,7 +55,7 @@ from .record import (
 )
 from .retention import apply_retention
 from .topic_creation import create_topic_files, finish_pending_creations
-from .topic_deletion import delete_topic_files, finish_pending_deletions
+from .topic_deletion import delete_topic_files, finish_pending_deletions, is_being_deleted
 from .topic_metadata import (
     TopicMetadata,
     check_partition_count,
@@ -67,7 +74,6 @@ if TYPE_CHECKING:
 __all__ = ["TOPICS_DIR", "AppendResult", "PartitionInfo", "SegmentInfo", "Store", "open_store",
            "validate_topic_name"]
 
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 
 
@@ -172,6 +178,7 @@ class Store:
         self._topics[topic] = meta
         return meta
 
+    @storage_errors("creating a topic")
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      validate_only: bool = False) -> None:
         """Create a topic with ``partitions`` partitions and topic-config overrides (Kafka names), in the
@@ -254,6 +261,8 @@ class Store:
             if log is not None and self._log_topic_ids.get(key) != meta.topic_id:
                 stale, log = log, None  # the topic was deleted and created again (by another store): a new log
             if log is None:
+                if is_being_deleted(self._topics_dir, topic, meta.topic_id):
+                    raise UnknownTopicOrPartitionError(f"topic {topic!r} is being deleted")
                 log = Log(self._partition_dir(topic, partition), topic, partition,
                           lambda: self._meta(topic).config, self.clock, self.read_only)
                 self._logs[key] = log
@@ -360,7 +369,7 @@ class Store:
         the data of aborted transactions (found through the segments' transaction indexes)."""
         log = self.log(topic, partition)
         log.check_offset(start_offset, end_offset)
-        _check_isolation_level(isolation_level)  # now, not when the first record is asked for
+        check_isolation_level(isolation_level)  # now, not when the first record is asked for
         return records_of(self._read_tables(log, start_offset, end_offset, list(READ_COLUMNS), isolation_level))
 
     def read_tables(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None,
@@ -370,13 +379,13 @@ class Store:
         larger than memory (the Spark data source reads this way). The offsets are checked now."""
         log = self.log(topic, partition)
         log.check_offset(start_offset, end_offset)
-        _check_isolation_level(isolation_level)
+        check_isolation_level(isolation_level)
         wanted = read_columns(columns)
         return self._read_tables(log, start_offset, end_offset, wanted, isolation_level)
 
     def _read_tables(self, log: Log, start_offset: int, end_offset: int | None, columns: list[str],
                      isolation_level: str) -> Iterator[pa.Table]:
-        _check_isolation_level(isolation_level)
+        check_isolation_level(isolation_level)
         if isolation_level == "read_uncommitted":
             yield from log.read_tables(start_offset, end_offset, columns=columns)
             return
@@ -473,11 +482,6 @@ class Store:
         from .cleaner.cleaner import cleaner_metrics
 
         return cleaner_metrics(self)
-
-
-def _check_isolation_level(isolation_level: str) -> None:
-    if isolation_level not in ISOLATION_LEVELS:
-        raise ConfigError(f"isolation_level: {isolation_level!r} is not one of {', '.join(ISOLATION_LEVELS)}")
 
 
 def open_store(data_dir: str | os.PathLike[str], clock: Callable[[], int] | None = None) -> Store:

@@ -21,10 +21,10 @@ leaves and how :func:`finish_pending_creations` (run when a writable store opens
 5. the marker is removed.
 
 So recovery decides by one fact: a marker whose topic has a metadata file is a finished creation, one without
-is undone. A write that fails (``ENOSPC``, ``EIO``) at steps 1 to 4 is undone at once (its metadata file
-removed first if the rename was done, then as recovery undoes) and raised as KafkaStorageError: nothing of
-the topic is kept; if the undo fails too, its marker stays for the next writable open. A
-``.new`` file is this marker only: a topic's name plus ``.new`` fits a file name (249 + 4 bytes).
+is undone. A write that fails (``ENOSPC``, ``EIO``) at steps 1 to 5 (each a named I/O point,
+``topic-creation.*``) is undone at once (its metadata file removed first if the rename was done, then as
+recovery undoes) and raised as KafkaStorageError: nothing of the topic is kept; if the undo fails too, its
+marker stays for the next writable open. A ``.new`` file is this marker only: a topic's name plus ``.new`` fits a file name (249 + 4 bytes).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 from .checkpoint import CheckpointFile
 from .errors import CompactLogError, KafkaStorageError, TopicExistsError
-from .faults import fault_point
+from .faults import fault_point, io_fault
 from .segment import fsync_path
 from .topic_deletion import partition_numbers, rename_for_removal
 from .topic_metadata import (
@@ -78,6 +78,9 @@ def create_topic_files(data_dir: str, topics_dir: str, checkpoint: CheckpointFil
                 return
             try:
                 _create(data_dir, topics_dir, checkpoint, topic, partitions, overrides, doomed)
+                os.unlink(marker_path(topics_dir, topic))
+                io_fault("topic-creation.unmark-dir-fsync")
+                fsync_path(topics_dir)
             except BaseException as e:
                 with contextlib.suppress(OSError):  # else the marker stays, for the next writable open
                     # A metadata file is this creation's (the name was free under the lock), written but not
@@ -88,8 +91,6 @@ def create_topic_files(data_dir: str, topics_dir: str, checkpoint: CheckpointFil
                 if isinstance(e, OSError) and not isinstance(e, CompactLogError):
                     raise KafkaStorageError(f"creating topic {topic!r} failed; nothing of it is kept: {e}") from e
                 raise
-            os.unlink(marker_path(topics_dir, topic))
-            fsync_path(topics_dir)
     finally:
         for path in doomed:
             shutil.rmtree(path, ignore_errors=True)
@@ -109,15 +110,20 @@ def _create(data_dir: str, topics_dir: str, checkpoint: CheckpointFile, topic: s
     topic_id = uuid.uuid4().hex
     marker = marker_path(topics_dir, topic)
     with open(marker, "w", encoding="utf-8") as f:
+        io_fault("topic-creation.marker-write")
         f.write(topic_id)
         f.flush()
+        io_fault("topic-creation.marker-fsync")
         os.fsync(f.fileno())
+    io_fault("topic-creation.marker-dir-fsync")
     fsync_path(topics_dir)
     fault_point("store.create-marked")
     doomed += _rename_partition_dirs(data_dir, topic)
     for partition in range(partitions):
+        io_fault("topic-creation.partition-mkdir")
         os.mkdir(os.path.join(data_dir, f"{topic}-{partition}"))
         fault_point("store.create-partition-made")
+    io_fault("topic-creation.partition-dir-fsync")
     fsync_path(data_dir)
     if any(tp[0] == topic for tp in checkpoint.read()):
         checkpoint.update(keep=lambda tp: tp[0] != topic)

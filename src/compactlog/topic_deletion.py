@@ -28,6 +28,7 @@ still there, and a marker whose metadata file is gone or holds another id only n
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -35,9 +36,9 @@ import uuid
 
 from .checkpoint import CheckpointFile
 from .data_dir import exclusive_lock
-from .errors import UnknownTopicOrPartitionError
-from .faults import fault_point
-from .segment import fsync_path
+from .errors import UnknownTopicOrPartitionError, storage_errors
+from .faults import fault_point, io_fault
+from .segment import fsync_path, removed_on_error
 from .topic_metadata import metadata_lock
 
 DELETE_DIR_SUFFIX = "-delete"
@@ -47,6 +48,21 @@ MARKER_SUFFIXES = (MARKER_SUFFIX, ".deleting")  # the second: markers of earlier
 
 def marker_path(topics_dir: str, topic: str) -> str:
     return os.path.join(topics_dir, f"{topic}{MARKER_SUFFIX}")
+
+
+def is_being_deleted(topics_dir: str, topic: str, topic_id: str | None) -> bool:
+    """Whether a deletion of topic ``topic`` (id ``topic_id``) is marked and not finished: one that failed
+    part-way (a retry or the next open finishes it) or runs in another process. Its partitions must not be
+    opened: what they took would be deleted."""
+    try:
+        with open(marker_path(topics_dir, topic), encoding="utf-8", errors="replace") as f:
+            return f.read() == (topic_id or "")
+    except FileNotFoundError:
+        return False
+    except OSError as e:  # a name too long for a marker: no deletion of it can have been marked
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        return False
 
 
 def _metadata_path(topics_dir: str, topic: str) -> str:
@@ -68,6 +84,7 @@ def _holds_id(path: str, topic_id: str) -> bool:
     return (held if isinstance(held, str) else "") == topic_id
 
 
+@storage_errors("deleting a topic")
 def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: int, topic_id: str | None,
                        checkpoint: CheckpointFile) -> None:
     """Delete topic ``topic`` (``partitions`` partitions, id ``topic_id``) in the order of the module
@@ -76,7 +93,8 @@ def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: i
     with metadata_lock(topics_dir):
         if not _holds_id(_metadata_path(topics_dir, topic), topic_id or ""):  # deleted (and created?) meanwhile
             raise UnknownTopicOrPartitionError(f"topic {topic!r} was deleted by another store meanwhile")
-        _write_marker(marker, topic_id or "")
+        with removed_on_error(marker):  # a marker not yet durable is no deletion: the topic stays whole
+            _write_marker(marker, topic_id or "")
         fault_point("store.delete-marked")
         doomed = _delete_marked(data_dir, topics_dir, topic, partitions, checkpoint, marker)
     for path in doomed:
@@ -85,9 +103,12 @@ def delete_topic_files(data_dir: str, topics_dir: str, topic: str, partitions: i
 
 def _write_marker(path: str, topic_id: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
+        io_fault("topic-deletion.marker-write")
         f.write(topic_id)
         f.flush()
+        io_fault("topic-deletion.marker-fsync")
         os.fsync(f.fileno())
+    io_fault("topic-deletion.marker-dir-fsync")
     fsync_path(os.path.dirname(path))
 
 
@@ -106,14 +127,18 @@ def _delete_marked(data_dir: str, topics_dir: str, topic: str, partitions: int |
             continue  # renamed before a crash
         # The partition lock (``<partition-dir>/.lock``, as :func:`compactlog.data_dir.open_partition_lock`)
         with exclusive_lock(os.path.join(directory, ".lock")):  # waits out an append or a swap of another process
+            io_fault("topic-deletion.partition-rename")
             doomed.append(rename_for_removal(directory))
+        io_fault("topic-deletion.partition-dir-fsync")
         fsync_path(data_dir)
         fault_point("store.delete-partition-renamed")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_metadata_path(topics_dir, topic))
+    io_fault("topic-deletion.metadata-dir-fsync")
     fsync_path(topics_dir)
     fault_point("store.delete-metadata-removed")
     os.unlink(marker)
+    io_fault("topic-deletion.unmark-dir-fsync")
     fsync_path(topics_dir)
     fault_point("store.delete-unmarked")
     return doomed
@@ -137,6 +162,7 @@ def partition_numbers(data_dir: str, topic: str) -> list[int]:
                   if name.startswith(prefix) and name[len(prefix):].isdigit())
 
 
+@storage_errors("finishing a topic's deletion")
 def finish_pending_deletions(data_dir: str, topics_dir: str, checkpoint: CheckpointFile) -> None:
     """Finish every deletion a crash interrupted (see the module docstring), then remove every ``-delete``
     directory. Called when a writable store opens."""

@@ -36,8 +36,9 @@ from typing import Any
 
 from .config import BrokerConfig, TopicConfig, topic_config
 from .data_dir import exclusive_lock
-from .errors import ConfigError, CorruptTopicMetadataError, InvalidPartitionsError, InvalidTopicError
-from .segment import fsync_path
+from .errors import ConfigError, CorruptTopicMetadataError, InvalidPartitionsError, InvalidTopicError, storage_errors
+from .faults import io_fault
+from .segment import fsync_path, removed_on_error
 
 TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME = 249
@@ -151,6 +152,7 @@ def metadata_lock(directory: str) -> Iterator[None]:
         yield
 
 
+@storage_errors("writing topic metadata")
 def write_topic_metadata(path: str, topic: str, partitions: int, overrides: Mapping[str, Any],
                          topic_id: str | None) -> None:
     """Write a topic's metadata file (module docstring), under the ``.topics`` lock."""
@@ -165,17 +167,17 @@ def write_topic_metadata_locked(path: str, topic: str, partitions: int, override
     directory = os.path.dirname(path)
     # Not "<path>.<uuid>.tmp": a 249-character topic name would make that longer than a file name may be.
     tmp = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
-    try:
+    with removed_on_error(tmp):
         with open(tmp, "w", encoding="utf-8") as f:
             meta = {"name": topic, "partitions": partitions, "config": dict(overrides), "topic_id": topic_id}
+            io_fault("topic-metadata.write")
             json.dump({**meta, "checksum": _checksum(meta)}, f, sort_keys=True)
             f.flush()
+            io_fault("topic-metadata.fsync")
             os.fsync(f.fileno())
+        io_fault("topic-metadata.rename")
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    io_fault("topic-metadata.dir-fsync")
     fsync_path(directory)
 
 

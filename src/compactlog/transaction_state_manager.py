@@ -50,8 +50,9 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from .data_dir import exclusive_lock
-from .errors import CorruptTransactionStateError
-from .segment import fsync_path
+from .errors import CorruptTransactionStateError, storage_errors
+from .faults import io_fault
+from .segment import fsync_path, removed_on_error
 from .transaction_transitions import TopicPartition, TransactionMetadata
 
 __all__ = ["COMPACT_BYTES", "STATE_SUFFIX", "TransactionStateManager", "file_stem", "legacy_file_name",
@@ -307,6 +308,7 @@ class TransactionStateManager:
 
     # -- writes (under the lock) ------------------------------------------------------------------------
 
+    @storage_errors("writing transaction state")
     def save(self, meta: TransactionMetadata, sync: bool = True) -> None:
         """Append ``meta`` as the id's latest state; with ``sync`` it survives a machine crash once this
         returns (the file's data fdatasynced); without, a process crash (the page cache keeps it)."""
@@ -318,8 +320,10 @@ class TransactionStateManager:
             record = b"\n" + record  # after a torn tail: a line of its own
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            io_fault("transaction-state.append")
             os.write(fd, record)
             if sync or not exists:
+                io_fault("transaction-state.fdatasync")
                 os.fdatasync(fd)
             file = _file_id(os.fstat(fd))
         finally:
@@ -328,6 +332,7 @@ class TransactionStateManager:
             # A new file is made durable whatever ``sync`` says, its directory entry included: later
             # fdatasyncs of its appends reach its data and size, never the entry. Then the earlier format's
             # file is left behind: a crash before the unlink leaves both, and the .state file wins.
+            io_fault("transaction-state.dir-fsync")
             fsync_path(self.directory)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.directory, legacy_file_name(meta.transactional_id)))
@@ -339,27 +344,37 @@ class TransactionStateManager:
     def _compact(self, path: str, meta: TransactionMetadata) -> None:
         """Rewrite the state log as its latest line (crash points: the module docstring)."""
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(state_record(meta))
-            f.flush()
-            os.fsync(f.fileno())
-            file = _file_id(os.fstat(f.fileno()))
-        os.replace(tmp, path)
+        with removed_on_error(tmp):
+            with open(tmp, "wb") as f:
+                io_fault("transaction-state.compact-write")
+                f.write(state_record(meta))
+                f.flush()
+                os.fsync(f.fileno())
+                file = _file_id(os.fstat(f.fileno()))
+            io_fault("transaction-state.compact-rename")
+            os.replace(tmp, path)
+        io_fault("transaction-state.compact-dir-fsync")
         fsync_path(self.directory)
         self._cache[path] = _Cached(file, copy_metadata(meta), True)
         self._checked.add(path)
 
+    @storage_errors("writing transaction state")
     def write_whole(self, name: str, text: str, sync: bool = True) -> None:
         """Replace ``name`` whole (a temporary file renamed over it; ``producer-ids``). With ``sync`` the new
         file survives a machine crash: its bytes are fsynced before the rename and the directory after it,
         since the rename lives in the directory and may be lost with it, bringing back the old file."""
         path = os.path.join(self.directory, name)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with removed_on_error(tmp):
+            with open(tmp, "w", encoding="utf-8") as f:
+                io_fault("producer-ids.write")
+                f.write(text)
+                f.flush()
+                if sync:
+                    io_fault("producer-ids.fsync")
+                    os.fsync(f.fileno())
+            io_fault("producer-ids.rename")
+            os.replace(tmp, path)
         if sync:
+            io_fault("producer-ids.dir-fsync")
             fsync_path(self.directory)

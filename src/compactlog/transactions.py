@@ -62,17 +62,16 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .errors import (
-    CompactLogError,
     ConcurrentTransactionsError,
     CorruptTransactionStateError,
     InvalidTransactionTimeoutError,
-    KafkaStorageError,
     ProducerFencedError,
     UnknownTopicOrPartitionError,
+    storage_errors,
 )
 from .flush import flush_logs
 from .record import CONTROL_ABORT, CONTROL_COMMIT
@@ -163,19 +162,6 @@ class TransactionCoordinator:
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         return self.state.locked()
 
-    @contextlib.contextmanager
-    def _storage_errors(self, doing: str) -> Iterator[None]:
-        """Under the lock: a failed write (an ``OSError``: a full or failing disk) as KafkaStorageError, with
-        the ``.tmp`` file it left removed (under the lock a ``.tmp`` can only be a failed or killed write's)."""
-        try:
-            yield
-        except OSError as e:
-            if isinstance(e, CompactLogError):
-                raise
-            with contextlib.suppress(OSError):  # else the next open removes it
-                self.state.remove_killed_writes()
-            raise KafkaStorageError(f"{doing} failed: {e}") from e
-
     def _next_producer_id(self) -> int:
         path = os.path.join(self.directory, "producer-ids")
         try:
@@ -211,7 +197,7 @@ class TransactionCoordinator:
                       expected: tuple[int, int] | None = None) -> tuple[int, int]:
         """A producer id and epoch; for a transactional id, the next epoch (fencing older instances).
         ``expected``: the producer id and epoch the caller holds (InitProducerId v3+ after an error)."""
-        with self._locked(), self._storage_errors(f"giving a producer id (transactional id {transactional_id!r})"):
+        with self._locked(), storage_errors(f"giving a producer id (transactional id {transactional_id!r})"):
             if transactional_id is None:
                 return self._next_producer_id(), 0
             check_transaction_timeout(transactional_id, timeout_ms, self.store.broker.transaction_max_timeout_ms)

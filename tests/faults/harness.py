@@ -3,8 +3,11 @@ reopen the store and hold it to the model of what the workload acknowledged.
 
 One data directory lives through every crash: each child continues where the last one died. A crash is
 either armed (``COMPACTLOG_FAULT_POINT=<point>:<n>``, every point of :data:`compactlog.faults.FAULT_POINTS`
-in turn) or a SIGKILL from here after a random delay. After each one :func:`check_store` reopens the store
-(which recovers it) and checks, against :class:`Model` built from the ack log:
+in turn) or a SIGKILL from here after a random delay. Between them, runs with an I/O error injected
+(``COMPACTLOG_FAULT_IO``, every point of :data:`compactlog.faults.IO_FAULT_POINTS` in turn, ENOSPC or EIO):
+the failed operation is not acknowledged and the child goes on with the same store (a raw ``OSError`` or
+any other error fails the run). After each run :func:`check_store` reopens the store (which recovers it)
+and checks, against :class:`Model` built from the ack log:
 
 - offsets strictly increase, every record read was sent to that partition, and an acknowledged offset
   holds exactly the acknowledged record (none moved or replaced);
@@ -18,8 +21,9 @@ in turn) or a SIGKILL from here after a random delay. After each one :func:`chec
   (``*.del``, ``*.new``) is left after recovery, no partition directory of a topic that does not exist
   (a creation cut short is undone), and no cleaner checkpoint is past its partition's log end.
 
-``python harness.py --crashes N`` (``./dev soak``) runs N crashes and prints where they landed and what was
-checked; the CI test (``tests/faults/test_crash_harness.py``) runs a shorter one.
+``python harness.py --crashes N [--io-runs M]`` (``./dev soak``) runs N crashes and M I/O-error runs (N/2 by
+default) and prints where they landed and what was checked; the CI test
+(``tests/faults/test_crash_harness.py``) runs a shorter one, with one I/O-error run per point.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -43,15 +48,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support, as under pytest
 
+from workload import INJECTED_OUTSIDE, IO_PREFIX
+
 import compactlog
 from compactlog.checkpoint import read_checkpoint
-from compactlog.faults import FAULT_POINT_ENV, FAULT_POINTS
+from compactlog.faults import FAULT_IO_ENV, FAULT_POINT_ENV, FAULT_POINTS, IO_ERRORS, IO_FAULT_POINTS
 from support import fault_landed, leftovers
 
 WORKLOAD = str(Path(__file__).with_name("workload.py"))
 CLOCK_MS = 1_000_000_000  # the workload's fixed clock (workload.CLOCK_MS)
 COMPACTED = ("c", "d")
 ARMED_STEPS = 4  # an armed child's operations, in multiples of a random one's
+IO_FAULT_LINE = re.compile(r"^compactlog io fault (\S+) hit \d+$", re.M)  # what faults.io_fault writes
 MAX_TRIES = 20  # armed runs that end before the point's hit, after which the next point is armed
 Record = tuple[str | None, str | None]  # key, value
 
@@ -230,6 +238,8 @@ class Summary:
     recoveries: int = 0
     check_cpu_seconds: float = 0.0
     completed: int = 0  # children that ran to the end (an armed point not reached that often): checked too
+    io_landed: Counter[str] = field(default_factory=Counter)  # I/O errors injected, by point
+    io_missed: Counter[str] = field(default_factory=Counter)  # I/O runs that did not reach their point
     records_checked: int = 0
     failures: list[str] = field(default_factory=list)
 
@@ -239,6 +249,9 @@ class Summary:
                 ("acknowledged records checked", self.records_checked),
                 ("recoveries failing a check (lost or wrong data)", len(self.failures))]
         rows += [(f"  landed at {where}", n) for where, n in sorted(self.landed.items())]
+        rows += [("I/O errors injected (run on after the error)", sum(self.io_landed.values()))]
+        rows += [(f"  at {where}", n) for where, n in sorted(self.io_landed.items())]
+        rows += [("I/O runs that never reached their point", sum(self.io_missed.values()))]
         rows += [("CPU seconds of the checks", round(self.check_cpu_seconds))]
         return "\n".join(f"{name:<48} {value:>8}" for name, value in rows)
 
@@ -247,7 +260,7 @@ class Workload:
     """The workload's fork server (:func:`workload.serve`): imported once, a forked child a run."""
 
     def __init__(self, data_dir: Path, ack_log: Path, err_path: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k != FAULT_POINT_ENV}
+        env = {k: v for k, v in os.environ.items() if k not in (FAULT_POINT_ENV, FAULT_IO_ENV)}
         self.err_path = err_path
         self.proc = subprocess.Popen([sys.executable, WORKLOAD, str(data_dir), str(ack_log), str(err_path)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -279,9 +292,13 @@ class Workload:
 
 def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
         stop_on_failure: bool = True, progress: bool = False, summary: Summary | None = None,
-        fault_points: Sequence[str] = FAULT_POINTS) -> Summary:
+        fault_points: Sequence[str] = FAULT_POINTS, io_points: Sequence[str] = IO_FAULT_POINTS,
+        io_runs: int | None = None) -> Summary:
     """``crashes`` kills, alternately at the named ``fault_points`` in turn (each at a random hit, 1 to 3) and
-    at random moments, each followed by :func:`check_store`; a failure stops the run if ``stop_on_failure``."""
+    at random moments, and between them ``io_runs`` runs (one per point of ``io_points`` by default) with an
+    I/O error injected at those points in turn; each run followed by :func:`check_store`; a failure stops the
+    run if ``stop_on_failure``."""
+    io_runs = len(io_points) if io_runs is None else io_runs
     rng = random.Random(seed)
     summary = summary if summary is not None else Summary()
     if work is None and os.path.isdir("/dev/shm"):
@@ -292,17 +309,58 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
         data_dir, ack_log = Path(tmp) / "data", Path(tmp) / "acks.jsonl"
         ack_log.touch()
         work_seconds = 0.2  # a first guess, then the running mean of the children's work that ran to the end
-        points = list(fault_points)
-        n = point = tries = 0
+        points, io_list = list(fault_points), list(io_points)
+        n = point = tries = crash_runs = io_index = 0
         workload = Workload(data_dir, ack_log, Path(tmp) / "child.err")
         ack_reader = AckLogReader(ack_log)
+
+        def check(fault: str | None, model: Model) -> None:
+            """Reopen and check the store after a run (:func:`check_store`); a failure is recorded."""
+            checking = time.process_time()
+            try:
+                summary.records_checked += check_store(data_dir, model)
+            except Exception as e:  # a rule broken, or the recovered store raising: both are findings
+                summary.failures.append(f"after {fault or 'a random kill'} ({tmp}): {type(e).__name__}: {e}")
+                print("FAILED", summary.failures[-1], file=sys.stderr, flush=True)
+                if stop_on_failure:
+                    shutil.copytree(tmp, f"{tmp}-failed", ignore_dangling_symlinks=True)  # kept to look at
+                else:  # go on from an empty directory: the damage would fail every later check too
+                    shutil.rmtree(data_dir)
+                    ack_log.write_text("")
+                    ack_reader.reset()
+            summary.recoveries += 1
+            if progress and summary.recoveries % 100 == 0:
+                print(f"{summary.recoveries} recoveries checked, {len(summary.failures)} failed", file=sys.stderr,
+                      flush=True)
+            summary.check_cpu_seconds += time.process_time() - checking
+
         try:
             while sum(summary.landed.values()) < crashes and not (summary.failures and stop_on_failure):
                 n += 1
-                # Odd runs are armed: the points in turn, each until it lands (a child may end before its
-                # n-th hit) or MAX_TRIES runs missed it; even runs are killed at a random moment. An armed
-                # child runs ARMED_STEPS times longer, so that a rare operation's point is reached.
-                fault = f"{points[point % len(points)]}:{rng.randint(1, 3)}" if n % 2 else None
+                # Every third run (while io_runs last) has an I/O point armed, the points in turn, at a
+                # random hit (1 to 3) with ENOSPC or EIO; it is not killed, and goes on after the error.
+                # Of the others, odd runs are armed with a crash point: the points in turn, each until it
+                # lands (a child may end before its n-th hit) or MAX_TRIES runs missed it; even runs are
+                # killed at a random moment. An armed child runs ARMED_STEPS times longer, so that a rare
+                # operation's point is reached.
+                if io_index < io_runs and n % 3 == 0:
+                    io_point = io_list[io_index % len(io_list)]
+                    io_index += 1
+                    fault = f"{IO_PREFIX}{io_point}:{rng.randint(1, 3)}:{rng.choice(tuple(IO_ERRORS))}"
+                    code, err = workload.run(seed * 1_000_000 + n, steps * ARMED_STEPS, fault, None)
+                    model, _ = load_model(ack_reader)
+                    landed = IO_FAULT_LINE.search(err)
+                    if code not in (0, INJECTED_OUTSIDE):  # a raw OSError, a wrong error, a hang: findings
+                        summary.failures.append(f"the workload failed (exit {code}) under {fault}:\n{err}")
+                        continue
+                    if landed:
+                        summary.io_landed[landed.group(1)] += 1
+                    else:
+                        summary.io_missed[io_point] += 1
+                    check(fault, model)
+                    continue
+                crash_runs += 1
+                fault = f"{points[point % len(points)]}:{rng.randint(1, 3)}" if crash_runs % 2 else None
                 started = time.monotonic()
                 code, err = workload.run(seed * 1_000_000 + n, steps * ARMED_STEPS if fault else steps, fault,
                                          None if fault else rng.uniform(0.0, work_seconds))
@@ -320,23 +378,7 @@ def run(crashes: int, seed: int = 0, steps: int = 12, work: Path | None = None,
                     tries = 0 if code == -signal.SIGKILL else tries + 1
                     if tries in (0, MAX_TRIES):
                         point, tries = point + 1, 0
-                checking = time.process_time()
-                try:
-                    summary.records_checked += check_store(data_dir, model)
-                except Exception as e:  # a rule broken, or the recovered store raising: both are findings
-                    summary.failures.append(f"after {fault or 'a random kill'} ({tmp}): {type(e).__name__}: {e}")
-                    print("FAILED", summary.failures[-1], file=sys.stderr, flush=True)
-                    if stop_on_failure:
-                        shutil.copytree(tmp, f"{tmp}-failed", ignore_dangling_symlinks=True)  # kept to look at
-                    else:  # go on from an empty directory: the damage would fail every later check too
-                        shutil.rmtree(data_dir)
-                        ack_log.write_text("")
-                        ack_reader.reset()
-                summary.recoveries += 1
-                if progress and summary.recoveries % 100 == 0:
-                    print(f"{summary.recoveries} recoveries checked, {len(summary.failures)} failed", file=sys.stderr,
-                          flush=True)
-                summary.check_cpu_seconds += time.process_time() - checking
+                check(fault, model)
         finally:
             workload.stop()
     return summary
@@ -347,13 +389,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=12, help="operations per child at most")
+    parser.add_argument("--io-runs", type=int, help="runs with an I/O error injected (default: half the crashes)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     summary = Summary()
     # SIGTERM (or Ctrl-C) ends the run early: the started child is stopped, the table printed so far.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
-        run(args.crashes, args.seed, args.steps, stop_on_failure=False, progress=True, summary=summary)
+        run(args.crashes, args.seed, args.steps, stop_on_failure=False, progress=True, summary=summary,
+            io_runs=args.crashes // 2 if args.io_runs is None else args.io_runs)
     except (KeyboardInterrupt, SystemExit):
         print("interrupted", file=sys.stderr)
     print(summary.table())

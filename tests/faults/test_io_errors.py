@@ -1,7 +1,10 @@
-"""Injected I/O errors (ENOSPC, EIO) at the log's frame write and fsync (``faults.io_fault``): a failed
-append is not acknowledged, leaves nothing of itself in the active segment, and every acknowledgement
-after it is true (the records are at the offsets returned). A roll or clean failing on a full disk, and a
-kill mid-snapshot, leave no temporary file behind."""
+"""Injected I/O errors (ENOSPC, EIO; ``faults.io_fault``). At every I/O point of
+:data:`compactlog.faults.IO_FAULT_POINTS` (the operations of :mod:`io_scenarios`): the operation fails with
+its CompactLogError (a clean reports it), nothing acknowledged is lost, no file in transit is left, the store
+works again and a reopen recovers. And in detail at the log's frame write and fsync: a failed append is not
+acknowledged, leaves nothing of itself in the active segment, and every acknowledgement after it is true (the
+records are at the offsets returned); a roll or clean failing on a full disk, and a kill mid-snapshot, leave
+no temporary file behind."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from io_scenarios import SCENARIOS, Bench, Scenario
 
 import compactlog
 from compactlog import InvalidTxnStateError, KafkaStorageError, faults, sealed_segment
@@ -18,6 +22,7 @@ from compactlog.active_segment import ActiveSegment
 from compactlog.log.producers import SNAPSHOT_SUFFIX
 from compactlog.segment import segment_name
 from support import FakeClock
+from support import leftovers as leftovers_under
 
 FRAME_ROWS = 65_536  # the most rows of one frame of the active segment
 
@@ -211,3 +216,44 @@ def test_a_failed_fsync_at_a_producer_flush_is_raised_and_later_acknowledgements
     for tag, futures in (("a", first), ("b", second)):
         assert [stored[f.result().offset] for f in futures] == [f"{tag}-{i}".encode() for i in range(5)]
     producer.close()
+
+
+# -- every I/O point (io_scenarios.SCENARIOS) -------------------------------------------------------------------
+
+
+def test_every_io_point_has_a_scenario() -> None:
+    assert sorted({s.point for s in SCENARIOS}) == sorted(faults.IO_FAULT_POINTS)
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EIO"])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.id)
+def test_an_io_error_fails_its_operation_loses_nothing_and_leaves_nothing(
+        scenario: Scenario, code: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = Bench(tmp_path, clock)
+    try:
+        scenario.prepare(bench, monkeypatch)
+        for point in scenario.also:
+            faults.arm_io_fault(point, code=code, add=True)
+        faults.arm_io_fault(scenario.point, scenario.nth, code, add=True)
+        if scenario.error is None:  # a cleaner round: the failure is the partition's, reported
+            report = scenario.operation(bench, 0)
+            reason = report.skipped.get(("t", 0), "")
+            assert f"at {scenario.point}" in reason or any(f"at {p}" in reason for p in scenario.also), report
+        else:
+            with pytest.raises(scenario.error) as raised:
+                scenario.operation(bench, 0)
+            assert faults.injected_point(raised.value) in (scenario.point, *scenario.also)
+        assert faults.io_hits(scenario.point) >= scenario.nth, "the point was not met"
+        faults.arm_io_fault(None)
+        if not scenario.pending:
+            assert leftovers_under(tmp_path) == []  # what the failed operation wrote is gone at once
+        bench.check()
+        scenario.after_failure(bench)
+        scenario.check(bench, scenario.operation(bench, 1))  # the store works again
+        bench.check()
+        bench.reopen()
+        assert leftovers_under(tmp_path) == [] and not list(tmp_path.glob("*/*-delete"))
+        bench.check()
+    finally:
+        faults.arm_io_fault(None)
+        bench.close()

@@ -1,12 +1,18 @@
 """The fault harness's workload: a child process that the driver (:mod:`harness`) kills with SIGKILL.
 
 ``python workload.py <data_dir> <ack_log> <stderr file>`` imports once and then serves runs (:func:`serve`):
-for each line ``<seed> <steps> <kill after seconds or -> [<fault point>]`` on stdin it forks a child, which
-opens the store and runs ``steps`` random operations: appends (``Store.append``), idempotent and transactional
-producers (commit and abort), forced cleaning, rolls, retention, and deleting and re-creating a topic. Before
-each operation it appends an *intent* line to ``ack_log`` and after it returns an *ack* line with what was
-acknowledged (the offsets of flushed records, a transaction's outcome), each line written with ``O_APPEND``
-and fsynced before the workload goes on: the ack log is what the driver holds the recovered store to.
+for each line ``<seed> <steps> <kill after seconds or -> [<fault point> | io=<I/O point>:<n>:<errno>]`` on
+stdin it forks a child, which opens the store and runs ``steps`` random operations: appends
+(``Store.append``), idempotent and transactional producers (commit and abort), forced cleaning, rolls,
+retention, and deleting and re-creating a topic. Before each operation it appends an *intent* line to
+``ack_log`` and after it returns an *ack* line with what was acknowledged (the offsets of flushed records, a
+transaction's outcome), each line written with ``O_APPEND`` and fsynced before the workload goes on: the ack
+log is what the driver holds the recovered store to.
+
+An armed I/O point (``COMPACTLOG_FAULT_IO``) fails an operation with a CompactLogError: it gets no ack line,
+the point is disarmed and the run goes on with the same store (a failed re-creation of a topic is retried,
+as a user would), so what follows the error is checked too. Any other exception, a raw ``OSError`` included,
+fails the run.
 
 Ack-log lines (JSON): ``{"intent": n, "op": <name>, "records": [[topic, partition, key, value], ...]}``
 then ``{"ack": n, "offsets": [...]}`` (one offset per record, in order; ``[]`` for an operation without
@@ -18,6 +24,7 @@ Time is a fixed clock: no tombstone or transaction expires by time, so the model
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -46,6 +53,9 @@ TOPICS: dict[str, tuple[int, dict[str, Any]]] = {
     "r": (1, {"cleanup.policy": "delete", "segment.bytes": 2000, "retention.bytes": 4000}),
     "d": (1, {"cleanup.policy": "compact", "segment.bytes": 40_000, "min.cleanable.dirty.ratio": 0.01}),
 }
+IO_PREFIX = "io="  # a run's fault word naming an I/O point (COMPACTLOG_FAULT_IO) rather than a crash point
+AFTER_ERROR = 4  # operations run after an injected I/O error (on the store that saw it), then the run ends
+INJECTED_OUTSIDE = 3  # a child's exit code: an injected I/O error failed it outside an operation (its open)
 HANG_SECONDS = 120  # a child that runs longer than this unkilled is stopped and reported as hung
 KEYS = 24  # per topic: few, so that compaction has superseded records to remove
 OPS = ("append", "append", "idempotent", "idempotent", "commit", "abort", "clean", "clean", "roll",
@@ -83,58 +93,102 @@ def run(data_dir: str, ack_path: str, seed: int, steps: int, ready: Callable[[],
     store = compactlog.open(data_dir, clock=lambda: CLOCK_MS)
     ensure_topics(store, acks, f"{seed}-setup")
     ready()  # a random kill's delay counts from here, not from the fork
-    idempotent = store.producer()
-    transactional = None
+    producers = Producers(store)
+    failed_at = steps
     for step in range(steps):
+        if step > failed_at + AFTER_ERROR:
+            break
         n = f"{seed}-{step}"
         op = rng.choice(OPS)
         topic = rng.choice(("c", "c", "r", "d")) if op in ("append", "idempotent", "roll") else "c"
         records = batch(rng, n, topic, TOPICS[topic][0], rng.randint(1, 40)) \
             if op in ("append", "idempotent", "commit", "abort") else []
         acks.write({"intent": n, "op": op, "topic": topic, "records": records})
-        offsets: list[int] = []
-        if op == "append":
-            part = records[0][1]
-            table = pa.table({"key": pa.array([r[2].encode() for r in records], pa.binary()),
-                              "value": pa.array([None if r[3] is None else r[3].encode() for r in records],
-                                                pa.binary())})
-            base = store.append(topic, part, table).base_offset
-            offsets = list(range(base, base + len(records)))
-        elif op in ("idempotent", "commit", "abort"):
-            if op == "idempotent":
-                producer = idempotent
-            else:
-                if transactional is None:  # a new instance aborts what a killed one left open
-                    transactional = store.producer(transactional_id="workload")
-                producer = transactional
-                producer.begin_transaction()
-            futures = [producer.send(t, r.encode() if r else None, v.encode() if v else None, partition=p)
-                       for t, p, r, v in records]
-            if op == "idempotent":
-                producer.flush()
-            elif op == "commit":
-                producer.commit_transaction()
-            else:
-                producer.flush()  # the records are in the log, then aborted
-                producer.abort_transaction()
-            offsets = [f.result().offset for f in futures]
-        elif op == "clean":
-            store.clean(force=True)
-        elif op == "roll":
-            store.roll(topic, rng.randrange(TOPICS[topic][0]))
-        elif op == "retention":
-            store.enforce_retention()
-        elif op == "recreate":
-            store.delete_topic("d")
-            acks.write({"ack": n, "offsets": []})
-            n = f"{n}-create"
-            acks.write({"intent": n, "op": "create", "topic": "d", "records": []})
-            store.create_topic("d", *TOPICS["d"])
-        acks.write({"ack": n, "offsets": offsets})
-    for open_producer in (idempotent, transactional):
-        if open_producer is not None:
-            open_producer.close()  # its sender thread ends
+        try:
+            operate(store, acks, producers, rng, n, op, topic, records)
+        except compactlog.CompactLogError as e:  # an injected I/O error: not acknowledged; the store goes on
+            if faults.injected_point(e) is None:
+                raise
+            faults.arm_io_fault(None)
+            failed_at = step
+            producers.failed()
+            if op == "recreate":  # its deletion may be pending (the topic refused): retried, as a user would
+                operate(store, acks, producers, rng, f"{n}-retry", op, topic, records, intent=True)
+    producers.close()
     store.close()
+
+
+class Producers:
+    """The workload's idempotent producer and its transactional one (made on first use: a new instance
+    aborts what a killed or failed one left open)."""
+
+    def __init__(self, store: compactlog.Store) -> None:
+        self.store = store
+        self.idempotent = store.producer()
+        self.transactional: compactlog.Producer | None = None
+
+    def transaction(self) -> compactlog.Producer:
+        if self.transactional is None:
+            self.transactional = self.store.producer(transactional_id="workload")
+        return self.transactional
+
+    def failed(self) -> None:
+        """After an injected error: the transactional instance is dropped (its transaction must be aborted;
+        the next instance does it); the idempotent one goes on."""
+        if self.transactional is not None:
+            with contextlib.suppress(compactlog.CompactLogError):
+                self.transactional.close()
+            self.transactional = None
+
+    def close(self) -> None:
+        for producer in (self.idempotent, self.transactional):
+            if producer is not None:
+                producer.close()  # its sender thread ends
+
+
+def operate(store: compactlog.Store, acks: AckLog, producers: Producers, rng: random.Random, n: str, op: str,
+            topic: str, records: list[list[Any]], intent: bool = False) -> None:
+    """One operation, its ack line written when it returns (its intent line too with ``intent``)."""
+    if intent:
+        acks.write({"intent": n, "op": op, "topic": topic, "records": records})
+    offsets: list[int] = []
+    if op == "append":
+        part = records[0][1]
+        table = pa.table({"key": pa.array([r[2].encode() for r in records], pa.binary()),
+                          "value": pa.array([None if r[3] is None else r[3].encode() for r in records],
+                                            pa.binary())})
+        base = store.append(topic, part, table).base_offset
+        offsets = list(range(base, base + len(records)))
+    elif op in ("idempotent", "commit", "abort"):
+        if op == "idempotent":
+            producer = producers.idempotent
+        else:
+            producer = producers.transaction()
+            producer.begin_transaction()
+        futures = [producer.send(t, r.encode() if r else None, v.encode() if v else None, partition=p)
+                   for t, p, r, v in records]
+        if op == "idempotent":
+            producer.flush()
+        elif op == "commit":
+            producer.commit_transaction()
+        else:
+            producer.flush()  # the records are in the log, then aborted
+            producer.abort_transaction()
+        offsets = [f.result().offset for f in futures]
+    elif op == "clean":
+        store.clean(force=True)
+    elif op == "roll":
+        store.roll(topic, rng.randrange(TOPICS[topic][0]))
+    elif op == "retention":
+        store.enforce_retention()
+    elif op == "recreate":
+        if "d" in store.topics():  # else a retried deletion that its failed attempt finished
+            store.delete_topic("d")
+        acks.write({"ack": n, "offsets": []})
+        n = f"{n}-create"
+        acks.write({"intent": n, "op": "create", "topic": "d", "records": []})
+        store.create_topic("d", *TOPICS["d"])
+    acks.write({"ack": n, "offsets": offsets})
 
 
 def child(data_dir: str, ack_path: str, err_path: str, words: list[str], ready_fd: int) -> None:
@@ -144,10 +198,15 @@ def child(data_dir: str, ack_path: str, err_path: str, words: list[str], ready_f
         err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(err, 2)
         os.environ.pop(faults.FAULT_POINT_ENV, None)
+        os.environ.pop(faults.FAULT_IO_ENV, None)
         if len(words) > 3:
-            os.environ[faults.FAULT_POINT_ENV] = words[3]
+            armed = words[3].removeprefix(IO_PREFIX)
+            os.environ[faults.FAULT_IO_ENV if armed != words[3] else faults.FAULT_POINT_ENV] = armed
         faults.rearm()
         run(data_dir, ack_path, int(words[0]), int(words[1]), lambda: os.write(ready_fd, b"r"))
+    except compactlog.CompactLogError as e:  # an injected I/O error outside an operation (open, close)
+        os.write(2, traceback.format_exc().encode())
+        code = 1 if faults.injected_point(e) is None else INJECTED_OUTSIDE
     except BaseException:  # the driver reads stderr: a workload that raised is a finding
         os.write(2, traceback.format_exc().encode())
         code = 1

@@ -57,3 +57,26 @@ def test_an_armed_io_point_fails_from_its_nth_hit_on_and_others_pass() -> None:
     finally:
         faults.arm_io_fault(None)
     faults.io_fault("log.fsync")
+
+
+def test_several_io_points_are_armed_at_once_and_an_injected_error_names_its_point() -> None:
+    assert faults._io_armed_all("log.fsync:2:EIO,checkpoint.write") == {"log.fsync": [2, errno.EIO, 0],
+                                                                      "checkpoint.write": [1, errno.ENOSPC, 0]}
+    try:
+        faults.arm_io_fault("log.fsync", code="EIO")
+        faults.arm_io_fault("checkpoint.write", add=True)
+        for point in ("log.fsync", "checkpoint.write"):
+            with pytest.raises(OSError) as raised:
+                faults.io_fault(point)
+            assert faults.injected_point(raised.value) == point and faults.io_hits(point) == 1
+        try:
+            try:
+                faults.io_fault("log.fsync")
+            except OSError as e:
+                raise compactlog.KafkaStorageError("wrapped") from e
+        except compactlog.KafkaStorageError as wrapped:
+            assert faults.injected_point(wrapped) == "log.fsync"
+        assert faults.injected_point(OSError(errno.EIO, "Input/output error")) is None
+    finally:
+        faults.arm_io_fault(None)
+    assert faults.io_hits("log.fsync") == 0

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from compactlog import flush
 from compactlog.errors import KafkaStorageError
 from compactlog.flush import flush_logs
 
@@ -41,8 +42,13 @@ def test_a_failed_flush_is_raised_after_every_other_log_was_flushed() -> None:
     assert sorted(flushed) == ["p0", "p1", "p2"]
 
 
-def test_no_logs_is_nothing_to_do() -> None:
-    flush_logs([])
+def test_no_logs_is_nothing_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No flush thread is started or handed anything, no wait: it returns at once.
+    monkeypatch.setattr(flush, "_flush_queue", lambda: pytest.fail("flush_logs([]) used the flush threads"))
+    assert flush_logs([]) is None
+    one = ThreadRecordingLog([])
+    flush_logs([one])  # one log is flushed in the caller's thread, without the flush threads either
+    assert one.threads == [threading.current_thread()]
 
 
 class ThreadRecordingLog:

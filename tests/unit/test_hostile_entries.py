@@ -1,7 +1,8 @@
 """Hostile input through every public entry, table by table: the Python API (:data:`API_CASES`), the
 configuration files (:data:`FILE_CASES`) and the command line (:data:`CLI_CASES`). Each must give a
-``CompactLogError`` subclass with a message (the CLI: exit code 2 and one line on stderr), never a traceback
-from inside pyarrow or the standard library. With tests/unit/test_hostile_input.py (record timestamps, read
+``CompactLogError`` subclass with a message (a configuration file: its ``ConfigError``, message for message;
+the CLI: exit code 1 or 2 and one line on stderr), never a traceback from inside pyarrow or the standard
+library. With tests/unit/test_hostile_input.py (record timestamps, read
 offsets and columns, long transactional ids) these are the hostile inputs the README counts."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import compactlog
-from compactlog import CompactLogError
+from compactlog import CompactLogError, ConfigError
 from compactlog.cli.main import main
 from support import FakeClock
 
@@ -66,16 +67,28 @@ API_CASES: dict[str, Callable[[compactlog.Store], Any]] = {
     "describe an unknown topic": lambda s: s.describe("nope"),
 }
 
-# server.properties contents: each must open (an accepted file) or raise a CompactLogError naming the key.
-FILE_CASES: dict[str, bytes] = {
-    "non-UTF-8 bytes": b"log.segment.bytes=\xff\xfe\n",
-    "a value that is not a number": b"log.segment.bytes=abc\n",
-    "a negative thread count": b"log.cleaner.threads=-1\n",
-    "a ratio above 1": b"log.cleaner.min.cleanable.ratio=7\n",
-    "a line without '='": b"just some words\n",
-    "an unknown cleanup policy": b"log.cleanup.policy=shred\n",
-    "a value of 2**70": b"log.segment.bytes=1180591620717411303424\n",
-    "a NUL byte": b"log.segment.bytes=10\x0024\n",
+# server.properties contents, each refused when the store opens: a ConfigError whose message is
+# "<path>/server.properties: " and then this (a value dropped or clamped, with the store opening, fails).
+FILE_CASES: dict[str, tuple[bytes, str]] = {
+    "non-UTF-8 bytes": (b"log.segment.bytes=\xff\xfe\n",
+                        "'utf-8' codec can't decode byte 0xff in position 18: invalid start byte"),
+    "a value that is not a number": (b"log.segment.bytes=abc\n",
+                                     "log.segment.bytes: 'abc' is not an integer; allowed: an integer in "
+                                     "[14, 2147483647]"),
+    "a negative thread count": (b"log.cleaner.threads=-1\n",
+                                "log.cleaner.threads: -1 is out of range; allowed: an integer in [1, 2147483647]"),
+    "a ratio above 1": (b"log.cleaner.min.cleanable.ratio=7\n",
+                        "log.cleaner.min.cleanable.ratio: 7.0 is out of range; allowed: a number in [0.0, 1.0]"),
+    # java.util.Properties reads "just some words" as the key "just" with the value "some words"
+    "a line without '='": (b"just some words\n", "unknown broker config 'just'; known: log.cleanup.policy, "),
+    "an unknown cleanup policy": (b"log.cleanup.policy=shred\n",
+                                  "log.cleanup.policy: 'shred' is not allowed; allowed: a non-empty "
+                                  "comma-separated list of delete, compact"),
+    "a value of 2**70": (b"log.segment.bytes=1180591620717411303424\n",
+                         "log.segment.bytes: 1180591620717411303424 is out of range; allowed: an integer in "
+                         "[14, 2147483647]"),
+    "a NUL byte": (b"log.segment.bytes=10\x0024\n",
+                   "log.segment.bytes: '10\\x0024' is not an integer; allowed: an integer in [14, 2147483647]"),
 }
 
 CLI_CASES: dict[str, list[str]] = {
@@ -124,14 +137,14 @@ def test_hostile_api_input_is_a_compact_log_error(store: compactlog.Store, case:
 
 
 @pytest.mark.parametrize("case", FILE_CASES)
-def test_a_hostile_server_properties_opens_or_is_a_compact_log_error(tmp_path: Path, case: str) -> None:
+def test_a_hostile_server_properties_is_refused_with_its_error(tmp_path: Path, case: str) -> None:
     data = tmp_path / "data"
     compactlog.open(data).close()
-    (data / "server.properties").write_bytes(FILE_CASES[case])
-    try:
+    content, error = FILE_CASES[case]
+    (data / "server.properties").write_bytes(content)
+    with pytest.raises(ConfigError) as raised:
         compactlog.open(data).close()
-    except CompactLogError as e:
-        assert "server.properties" in str(e)
+    assert str(raised.value).startswith(f"{data / 'server.properties'}: {error}")
 
 
 @pytest.mark.parametrize("case", CLI_CASES)

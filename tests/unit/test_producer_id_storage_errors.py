@@ -43,7 +43,7 @@ def temporary_files(data_dir: Path) -> list[str]:
 def test_a_producer_id_on_a_full_disk_is_a_storage_error_and_leaves_no_temporary_file(
         tmp_path: Path, full_disk: list[str], monkeypatch: pytest.MonkeyPatch, transactional_id: str | None) -> None:
     with compactlog.open(tmp_path) as store:
-        with pytest.raises(KafkaStorageError, match=r"giving a producer id .* failed: .*No space left") as raised:
+        with pytest.raises(KafkaStorageError, match=r"writing transaction state failed: .*No space left") as raised:
             store.transactions.init_producer(transactional_id, 60_000)
         assert error_code(raised.value) == KAFKA_STORAGE_ERROR
         assert full_disk and temporary_files(tmp_path) == []

@@ -2,10 +2,11 @@
 
 Why kafka-python's ``kafka.protocol`` rather than kio: both are generated from Kafka's own JSON message
 definitions and both encode and decode every version, flexible ones included (tagged fields, compact
-strings); kafka-python 3.x also carries the record-batch codec (``kafka.record``) that the records
-adapter uses, runs on Python 3.10 (kio needs 3.11, the project supports 3.10), and is pure Python with
-compiled per-version encoders. So one maintained dependency serves the messages, the records and the
-tests' client, and no message is written by hand here.
+strings); kafka-python 3.x runs on Python 3.10 (kio needs 3.11, the project supports 3.10) and is pure
+Python with compiled per-version encoders. So one maintained dependency serves the messages and the tests'
+client, and no message is written by hand here. The record batches inside Produce and Fetch messages are
+bytes to these messages: their codec is compactlog's own (:mod:`compactlog.protocol.record_batch` over the
+C extension ``protocol/_record_batch.c``), not kafka-python's ``kafka.record``.
 
 :func:`decode_request` decodes a request frame. :func:`null_field` finds a null that a decoded request may not hold.
 

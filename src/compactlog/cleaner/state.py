@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..data_dir import exclusive_lock
-from ..errors import CorruptCleanerStateError
+from ..errors import CorruptCleanerStateError, storage_errors
+from ..faults import io_fault
 from ..segment import fsync_path
 from .metrics import CleanerStats
 
@@ -156,6 +157,7 @@ def load_cleaner_state(data_dir: str, remove_tmp: bool) -> CleanerState:
         return CleanerState()
 
 
+@storage_errors("writing cleaner-state.json")
 def write_cleaner_state(data_dir: str, state: CleanerState) -> None:
     """Replace ``cleaner-state.json`` atomically (see the module docstring)."""
     path = state_path(data_dir)
@@ -164,12 +166,16 @@ def write_cleaner_state(data_dir: str, state: CleanerState) -> None:
     with exclusive_lock(state_path(data_dir) + ".lock"):
         try:
             with open(tmp, "wb") as f:
+                io_fault("cleaner-state.write")
                 f.write(data)
                 f.flush()
+                io_fault("cleaner-state.fsync")
                 os.fsync(f.fileno())
+            io_fault("cleaner-state.rename")
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+    io_fault("cleaner-state.dir-fsync")
     fsync_path(data_dir)

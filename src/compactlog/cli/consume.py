@@ -32,8 +32,9 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..log.reads import ISOLATION_LEVELS
 from ..sealed_segment import ROW_GROUP_ROWS
-from ..store import ISOLATION_LEVELS, Store
+from ..store import Store
 from .common import UsageError, data_dir_parent, open_store
 from .console_properties import describe, parse_properties
 from .message_formatter import FORMATTER_PROPERTIES, MessageFormatter

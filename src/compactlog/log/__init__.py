@@ -7,7 +7,8 @@
 * :mod:`.reads`: reads from a consistent snapshot of the segment list;
 * :mod:`.producers`: the producer state's snapshots and rebuild, and the active segment's transaction index;
 * :mod:`.marker_frame`: a transaction marker's frame, built from a template;
-* :mod:`.directory`: which files of a partition directory are live segments; fsyncing the directory.
+* :mod:`.directory`: which files of a partition directory are live segments; fsyncing the directory;
+* :mod:`.deleted_files`: segments renamed ``.deleted``, removed after ``file.delete.delay.ms``.
 
 Dependencies point one way: the cleaner and the store use the log, never the reverse; of the cleaner the
 log uses only the pure roll rules of :mod:`compactlog.cleaner.plan`, which import nothing of compactlog.

@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import time
 
+from ..faults import io_fault
 from ..segment import ACTIVE_SUFFIX, SEALED_SUFFIX, fsync_path, is_segment_name, offset_from_name
 
 
 def fsync_dir(path: str) -> None:
     """Make a directory's renames and creations durable (a directory fsyncs like a file)."""
+    io_fault("log.dir-fsync")
     fsync_path(path)
 
 

@@ -30,9 +30,18 @@ import os
 
 from ..active_segment import ActiveSegment
 from ..errors import CorruptSegmentError, ReadOnlyStoreError
+from ..faults import io_fault
 from ..producer_state import AbortedTxn
 from ..sealed_segment import SealedSegment, write_sealed
-from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SEALED_SUFFIX, SEALING_SUFFIX, offset_from_name, segment_name
+from ..segment import (
+    ACTIVE_SUFFIX,
+    DELETED_SUFFIX,
+    SEALED_SUFFIX,
+    SEALING_SUFFIX,
+    offset_from_name,
+    removed_on_error,
+    segment_name,
+)
 from . import swap
 from .directory import fsync_dir, is_live_sealed, live_segments, segment_names
 from .producers import SNAPSHOT_TMP_SUFFIX, aborted_in
@@ -86,7 +95,9 @@ def seal(directory: str, segment: ActiveSegment, compression: str,
     if aborted is None:
         aborted = aborted_in(segment)
     write_sealed(sealing, segment.to_table(), segment.base_offset, segment.next_offset, compression, aborted)
-    os.replace(sealing, final)
+    with removed_on_error(sealing):
+        io_fault("log.seal-rename")
+        os.replace(sealing, final)
     fsync_dir(directory)
     return SealedSegment.open(final, segment.base_offset)
 

@@ -45,8 +45,9 @@ from ..record import (
     record_columns,
 )
 from ..sealed_segment import SealedSegment
-from ..segment import ACTIVE_SUFFIX, DELETED_SUFFIX, SegmentMeta, segment_name
+from ..segment import ACTIVE_SUFFIX, SegmentMeta, segment_name, truncate_file
 from . import loader, reads, swap
+from .deleted_files import DeletedFiles
 from .directory import directory_stamp, fsync_dir, listing_stamp, segments_changed
 from .frame_encoder import encode_ahead
 from .marker_frame import MARKER_FRAME_BYTES, marker_frame
@@ -64,7 +65,7 @@ class Log:
         self._config, self._clock = config, clock
         self._thread_lock = threading.RLock()
         self._lock_fd, self._lock_mode = open_partition_lock(directory, read_only)
-        self._pending_deletes: list[tuple[int, str]] = []
+        self._deleted = DeletedFiles(clock)  # segments renamed .deleted, removed after file.delete.delay.ms
         self._lock_depth = 0
         self._producers = LogProducerState(directory)
         self._listed: tuple[int, int] | None = None  # the directory's stamp when its segments were last listed
@@ -102,9 +103,13 @@ class Log:
                 self._lock_fd = -1
 
     def _open(self) -> tuple[list[SealedSegment], ActiveSegment]:
-        """Recover the directory, load its segments and rebuild the producer state (under the lock)."""
-        loader.recover(self.directory, self.read_only, self._compression())
-        sealed, active, recovered = loader.load(self.directory, self.read_only)
+        """Recover the directory, load its segments and rebuild the producer state (under the lock); an I/O
+        error of the recovery is a KafkaStorageError."""
+        try:
+            loader.recover(self.directory, self.read_only, self._compression())
+            sealed, active, recovered = loader.load(self.directory, self.read_only)
+        except OSError as e:
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: opening the log failed: {e}") from e
         if recovered is not None:
             self.recovered_bytes = recovered
         self._producers.rebuild(active.next_offset, active.base_offset,
@@ -251,7 +256,7 @@ class Log:
     def _write_frames(self, planned: PlannedFrames, encoded: Iterable[tuple[bytes, pa.Buffer]],
                       apply: Callable[[int, pa.RecordBatch], None], flush: bool, what: str) -> None:
         """Write an append's encoded frames, rolling where planned, ``apply`` each to the producer state once
-        written, then fsync with ``flush``. An I/O error cuts the append's frames (:meth:`_undo_append`)
+        written, then fsync with ``flush``. An I/O error cuts the append's frames (:meth:`_failing`)
         and is a KafkaStorageError (the caller holds the lock)."""
         with self._written(what, flush):
             for (start, _, roll_first), batch, (header, payload) in zip(planned.frames, planned.batches, encoded,
@@ -264,16 +269,29 @@ class Log:
     @contextlib.contextmanager
     def _written(self, what: str, flush: bool) -> Iterator[None]:
         """Around the writes of one append or marker: fsynced at the end with ``flush``; an I/O error cuts what
-        they wrote (:meth:`_undo_append`) and is a KafkaStorageError (the caller holds the lock)."""
-        active, size = self._active, self._active.size
-        try:
+        they wrote (:meth:`_failing`; the caller holds the lock)."""
+        with self._failing(f"{what} failed and is not acknowledged", (self._active, self._active.size)):
             yield
             if flush:
                 sync_and_close(self._active.open_for_sync())
+
+    @contextlib.contextmanager
+    def _failing(self, what: str, cut: tuple[ActiveSegment, int] | None = None) -> Iterator[None]:
+        """Around a change of the partition's files (the caller holds the lock): an I/O error part-way is a
+        KafkaStorageError, after ``cut`` (an append's active segment and its size before: its frames and a
+        frame's torn bytes are cut, unless it rolled meanwhile, when the sealed prefix stays as after a crash).
+        The view is left as it is: the next hold of the lock finds the files changed (the directory's stamp,
+        the active segment's size) and loads it again, its recovery finishing or removing what was left."""
+        try:
+            yield
         except OSError as e:
-            self._undo_append(active, size)
-            raise KafkaStorageError(f"{self.topic}-{self.partition}: {what} failed and is not acknowledged: "
-                                    f"{e}") from e
+            if cut is not None and self._active is cut[0]:
+                try:
+                    truncate_file(cut[0].path, cut[1])
+                except OSError as again:  # the frames stay, unacknowledged (as after a crash before the fsync)
+                    raise KafkaStorageError(f"{self.topic}-{self.partition}: {what}: {e}; cutting its frames "
+                                            f"failed too: {again}") from e
+            raise KafkaStorageError(f"{self.topic}-{self.partition}: {what}: {e}") from e
 
     def _append_frame(self, header: bytes, payload: pa.Buffer, batch: pa.RecordBatch | None,
                       controls: int | None = None) -> None:
@@ -283,18 +301,6 @@ class Log:
         io_fault("log.frame-write")
         self._active.append_encoded(header, payload, batch, controls)
         fault_point("log.frame-appended")
-
-    def _undo_append(self, active: ActiveSegment, size: int) -> None:
-        """After an I/O error part-way through an append: cut its frames from the active segment (when it did
-        not roll meanwhile; else the sealed prefix stays, as after a crash), then reload the segments and
-        the producer state from the disk, so that both say the same as the files (the caller holds the lock)."""
-        try:
-            if self._active is active:  # its frames, and the torn bytes of a frame the error cut short
-                with open(active.path, "r+b") as f:
-                    f.truncate(size)
-                    os.fsync(f.fileno())
-        finally:
-            self._sealed, self._active = self._open()
 
     def append_producer_batch(self, rows: pa.Table | RecordColumns, producer_id: int, epoch: int, base_sequence: int,
                               transactional: bool = False, flush: bool = True) -> tuple[int, int, bool]:
@@ -317,7 +323,7 @@ class Log:
         What :meth:`append` does with :func:`marker_rows`, for a row whose shape never changes: its frame
         built from a template (:mod:`.marker_frame`), the roll decided by the same plan, the producer state
         updated from the values rather than read back. Same frame bytes, same crash behaviour: the frame is
-        one write, all or nothing, and an I/O error cuts it as :meth:`_undo_append` does."""
+        one write, all or nothing, and an I/O error cuts it as :meth:`_failing` does."""
         with self.locked():
             return self._append_marker(producer_id, epoch, control_type, flush)
 
@@ -397,17 +403,16 @@ class Log:
         with self.locked():
             if not self._active.size:
                 return False
-            try:
+            with self._failing("roll failed"):
                 self._roll()
-            except OSError as e:  # a failed seal removes its file; a roll failing later is recovered on open
-                raise KafkaStorageError(f"{self.topic}-{self.partition}: roll failed: {e}") from e
             return True
 
     def maybe_roll_idle(self, now: int, max_age_ms: int) -> bool:
         """Roll a non-empty active segment whose first record is older than ``max_age_ms``."""
         with self.locked():
             if idle_roll_due(SegmentStats.from_meta(self._active.meta()), now, max_age_ms):
-                self._roll()
+                with self._failing("roll failed"):
+                    self._roll()
                 return True
             return False
 
@@ -452,12 +457,12 @@ class Log:
         """Remove sealed segments (retention). They are renamed ``.deleted`` and removed after ``delay_ms``.
         Returns the bytes removed."""
         removed = 0
-        with self.locked():
+        with self.locked(), self._failing("retention failed"):
             keep = []
             for segment in self._sealed:
                 if segment.base_offset in bases:
                     removed += segment.meta.size_bytes
-                    self._schedule_delete(segment.path, delay_ms)
+                    self._deleted.schedule(segment.path, delay_ms)
                 else:
                     keep.append(segment)
             self._sealed = keep
@@ -472,29 +477,16 @@ class Log:
         raises :class:`~compactlog.errors.CleanerError`, with nothing installed, if a source changed."""
         if not cleaned:
             return []
-        with self.locked():
+        with self.locked(), self._failing("the cleaner's swap failed"):
             live = {s.base_offset: s for s in self._sealed}
             replaced, installed = swap.install(self.directory, cleaned, live, source_inodes,
-                                               lambda path: self._schedule_delete(path, delay_ms), hook)
+                                               lambda path: self._deleted.schedule(path, delay_ms), hook)
             keep = [s for base, s in live.items() if base not in replaced]
             self._sealed = sorted(keep + installed, key=lambda s: s.base_offset)
             return installed
 
-    def _schedule_delete(self, path: str, delay_ms: int) -> None:
-        """Rename ``path`` to ``.deleted`` and remove it once ``delay_ms`` has passed (Kafka's async
-        delete; the caller holds the lock)."""
-        deleted = path + DELETED_SUFFIX
-        os.replace(path, deleted)
-        self._pending_deletes.append((self._clock() + delay_ms, deleted))
-        self.delete_expired_files()
-
     def delete_expired_files(self) -> None:
         """Remove the ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
         with self.locked(refresh=False):
-            now = self._clock()
-            due = [p for deadline, p in self._pending_deletes if deadline <= now]
-            self._pending_deletes = [(d, p) for d, p in self._pending_deletes if d > now]
-            for path in due:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+            self._deleted.remove_due()
 

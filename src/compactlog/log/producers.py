@@ -31,7 +31,7 @@ from ..columns import to_numpy
 from ..faults import fault_point, io_fault
 from ..producer_state import AbortedTxn, ProducerStateManager
 from ..record import CONTROL_ABORT
-from ..segment import is_segment_name, offset_from_name, segment_name
+from ..segment import is_segment_name, offset_from_name, removed_on_error, segment_name
 
 # The columns producer state is rebuilt from.
 PRODUCER_COLUMNS = ["offset", "timestamp", "producer_id", "producer_epoch", "sequence", "is_transactional",
@@ -107,18 +107,16 @@ class LogProducerState:
         removed."""
         path = os.path.join(self.directory, segment_name(self.manager.next_offset, SNAPSHOT_SUFFIX))
         tmp = path + _TMP_SUFFIX
-        try:
+        with removed_on_error(tmp):  # a full or failing disk: the partial file goes now, not at the next open
             with open(tmp, "wb") as f:
                 io_fault("log.snapshot-write")
                 f.write(self.manager.to_snapshot())
                 f.flush()
+                io_fault("log.snapshot-fsync")
                 os.fsync(f.fileno())
-        except OSError:  # a full or failing disk: the partial file goes now, not at the next open
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        fault_point("log.snapshot-tmp-written")
-        os.replace(tmp, path)
+            fault_point("log.snapshot-tmp-written")
+            io_fault("log.snapshot-rename")
+            os.replace(tmp, path)
         for _, old in sorted(self.snapshots())[:-2]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(old)

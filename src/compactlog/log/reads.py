@@ -23,12 +23,13 @@ import pyarrow as pa
 
 from ..active_segment import ActiveSegment
 from ..columns import from_numpy, to_numpy
-from ..errors import CorruptSegmentError, InvalidRequestError, OffsetOutOfRangeError
+from ..errors import ConfigError, CorruptSegmentError, InvalidRequestError, OffsetOutOfRangeError
 from ..limits import LONG_MAX, LONG_MIN
 from ..record import CONTROL_NONE
 from ..sealed_segment import SealedSegment
 
 READ_RETRIES = 5
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")  # Kafka's: every record, or committed ones only
 # The columns offset_for_time reads.
 _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 
@@ -36,6 +37,12 @@ _TIME_COLUMNS = ("offset", "timestamp", "control_type")
 # segments holding offsets there, pinned (their bytes stay readable whatever a swap or retention does to their
 # files, as Kafka's file.delete.delay.ms intends), and the active one.
 Snapshot = Callable[[int, int | None], tuple[list[SealedSegment], ActiveSegment]]
+
+
+def check_isolation_level(isolation_level: str) -> None:
+    """``isolation_level`` is one of Kafka's two (:data:`ISOLATION_LEVELS`), or :class:`ConfigError`."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ConfigError(f"isolation_level: {isolation_level!r} is not one of {', '.join(ISOLATION_LEVELS)}")
 
 
 def check_offset_type(offset: object, what: str) -> int:

@@ -15,6 +15,8 @@ at any step, as Kafka's loader: a ``.cleaned`` file left means step 2 had not fi
 files at or above the lowest ``.cleaned`` offset and every ``.cleaned`` file are deleted and the old
 segments stay; the remaining ``.swap`` files (the swap had started) replace the live segments in their
 offset range. The ``.deleted`` files of step 3 are removed by the loader.
+An I/O error at any step runs that recovery at once (the caller holds the cleaner's lock, which keeps the
+loader's from running), so nothing of the failed swap stays in transit.
 
 ``hook`` (tests only) is called with the name of each step just after it happens, so a test can stop
 the protocol there as a crash would; each step is also a named :mod:`compactlog.faults` point, where a
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from ..errors import CleanerError
-from ..faults import fault_point
+from ..faults import fault_point, io_fault
 from ..sealed_segment import SealedSegment
 from ..segment import CLEANED_SUFFIX, SWAP_SUFFIX, offset_from_name
 from .directory import fsync_dir, is_live_sealed, segment_names
@@ -79,8 +81,19 @@ def install(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, S
                     f"{directory}: segment {base} changed while it was being cleaned; round abandoned")
     hook("cleaned-written")
     fault_point("cleaner.cleaned-written")
+    try:
+        return _renamed(directory, cleaned, live, schedule_delete, hook)
+    except OSError:  # an I/O error part-way: finished or undone now as after a crash (the cleaner's lock is ours)
+        recover(directory)
+        raise
+
+
+def _renamed(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, SealedSegment],
+             schedule_delete: Callable[[str], None], hook: SwapHook) -> tuple[set[int], list[SealedSegment]]:
+    """:func:`install`'s renames, once every source is known unchanged."""
     ordered = sorted(cleaned, key=lambda g: g.base_offset)
     for group in reversed(ordered):
+        io_fault("cleaner.swap-rename")
         os.replace(group.cleaned_path, group.cleaned_path[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
         hook(f"swap-renamed:{group.base_offset}")
         fault_point("cleaner.swap-renamed")
@@ -93,6 +106,7 @@ def install(directory: str, cleaned: Sequence[CleanedFile], live: Mapping[int, S
     installed = []
     for group in ordered:
         final = group.cleaned_path[: -len(CLEANED_SUFFIX)]
+        io_fault("cleaner.install-rename")
         os.replace(final + SWAP_SUFFIX, final)
         hook(f"swap-installed:{group.base_offset}")
         fault_point("cleaner.swap-installed")
@@ -128,6 +142,7 @@ def recover(directory: str) -> None:
         if is_live_sealed(name) and low <= offset_from_name(name) < high:
             os.unlink(os.path.join(directory, name))
     for name in swaps:
+        io_fault("cleaner.recovery-rename")
         os.replace(os.path.join(directory, name), os.path.join(directory, name[: -len(SWAP_SUFFIX)]))
 
 

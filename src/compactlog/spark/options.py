@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import ConfigError, UnknownTopicOrPartitionError
+from ..log.reads import ISOLATION_LEVELS
 from ..segment import SegmentMeta
-from ..store import ISOLATION_LEVELS, TOPICS_DIR, Store, open_store
+from ..store import TOPICS_DIR, Store, open_store
 
 __all__ = [
     "EARLIEST",
