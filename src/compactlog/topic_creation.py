@@ -24,7 +24,8 @@ So recovery decides by one fact: a marker whose topic has a metadata file is a f
 is undone. A write that fails (``ENOSPC``, ``EIO``) at steps 1 to 5 (each a named I/O point,
 ``topic-creation.*``) is undone at once (its metadata file removed first if the rename was done, then as
 recovery undoes) and raised as KafkaStorageError: nothing of the topic is kept; if the undo fails too, its
-marker stays for the next writable open. A ``.new`` file is this marker only: a topic's name plus ``.new`` fits a file name (249 + 4 bytes).
+marker stays for the next writable open. A ``.new`` file is this marker only: a topic's name plus ``.new``
+fits a file name (249 + 4 bytes).
 """
 
 from __future__ import annotations
