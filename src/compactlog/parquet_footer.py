@@ -15,6 +15,7 @@ Compact protocol, as used here: a struct is a run of fields, each a header byte 
 high nibble, or 0 and a zigzag varint id; the type in the low nibble) then the value, ended by a 0 byte.
 Integers are zigzag varints, binary is a varint length then the bytes, a list is a header byte (size in
 the high nibble, or 15 and a varint size; the element type in the low nibble) then the elements.
+:class:`CompactReader` reads it here and for :mod:`.parquet_pages` (page headers).
 """
 
 from __future__ import annotations
@@ -28,21 +29,21 @@ _MAGIC = b"PAR1"
 _TRAILER = struct.Struct("<I4s")  # footer length, magic
 
 # Compact protocol type ids.
-_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
+_TRUE, _FALSE, _BYTE, _I16, I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, STRUCT = range(1, 13)
 _ROW_GROUPS_FIELD = 4  # FileMetaData.row_groups: list<RowGroup>
 _ORDINAL_FIELD = 7  # RowGroup.ordinal: i16
 
 
-class _Reader:
-    """A cursor over compact-protocol bytes that can skip any value."""
+class CompactReader:
+    """A cursor over compact-protocol bytes (a footer, a page header) that can skip any value."""
 
-    def __init__(self, data: bytes, pos: int = 0) -> None:
+    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
         self.data = data
         self.pos = pos
 
     def byte(self) -> int:
         if self.pos >= len(self.data):
-            raise CorruptSegmentError("Parquet footer ends inside a value")
+            raise CorruptSegmentError("Parquet metadata ends inside a value")
         value = self.data[self.pos]
         self.pos += 1
         return value
@@ -56,7 +57,7 @@ class _Reader:
                 return result
             shift += 7
             if shift > 70:
-                raise CorruptSegmentError("Parquet footer holds an over-long varint")
+                raise CorruptSegmentError("Parquet metadata holds an over-long varint")
 
     def field(self, last_id: int) -> tuple[int, int]:
         """The next field's (id, type); type 0 is the struct's end."""
@@ -65,7 +66,7 @@ class _Reader:
         if kind == 0:
             return 0, 0
         delta = header >> 4
-        return (last_id + delta if delta else _unzigzag(self.varint())), kind
+        return (last_id + delta if delta else unzigzag(self.varint())), kind
 
     def list_header(self) -> tuple[int, int]:
         header = self.byte()
@@ -77,7 +78,7 @@ class _Reader:
             return
         if kind == _BYTE:
             self.pos += 1
-        elif kind in (_I16, _I32, _I64):
+        elif kind in (_I16, I32, _I64):
             self.varint()
         elif kind == _DOUBLE:
             self.pos += 8
@@ -95,7 +96,7 @@ class _Reader:
                 for _ in range(size):
                     self.skip_element(types >> 4)
                     self.skip_element(types & 0x0F)
-        elif kind == _STRUCT:
+        elif kind == STRUCT:
             last = 0
             while True:
                 last, field_kind = self.field(last)
@@ -103,9 +104,9 @@ class _Reader:
                     return
                 self.skip(field_kind)
         else:
-            raise CorruptSegmentError(f"Parquet footer holds an unknown Thrift type {kind}")
+            raise CorruptSegmentError(f"Parquet metadata holds an unknown Thrift type {kind}")
         if self.pos > len(self.data):
-            raise CorruptSegmentError("Parquet footer ends inside a value")
+            raise CorruptSegmentError("Parquet metadata ends inside a value")
 
     def skip_element(self, kind: int) -> None:
         # A boolean list element is a whole byte, unlike a boolean field.
@@ -115,7 +116,7 @@ class _Reader:
             self.skip(kind)
 
 
-def _unzigzag(value: int) -> int:
+def unzigzag(value: int) -> int:
     return (value >> 1) ^ -(value & 1)
 
 
@@ -132,7 +133,7 @@ def _zigzag_varint(value: int) -> bytes:
 
 def _renumbered(element: bytes, ordinal: int) -> bytes:
     """A RowGroup struct's bytes with its ordinal field (if any) set to ``ordinal``."""
-    reader = _Reader(element)
+    reader = CompactReader(element)
     last = 0
     while True:
         last, kind = reader.field(last)
@@ -146,7 +147,7 @@ def _renumbered(element: bytes, ordinal: int) -> bytes:
 
 def reversed_footer(footer: bytes) -> bytes:
     """``footer`` (FileMetaData bytes) with its row-group list in reverse order, ordinals renumbered."""
-    reader = _Reader(footer)
+    reader = CompactReader(footer)
     last = 0
     while True:
         last, kind = reader.field(last)
@@ -156,12 +157,12 @@ def reversed_footer(footer: bytes) -> bytes:
             break
         reader.skip(kind)
     size, element_kind = reader.list_header()
-    if element_kind != _STRUCT:
+    if element_kind != STRUCT:
         raise CorruptSegmentError("Parquet footer's row groups are not structs")
     spans = []
     for _ in range(size):
         start = reader.pos
-        reader.skip(_STRUCT)
+        reader.skip(STRUCT)
         spans.append((start, reader.pos))
     first, end = spans[0][0] if spans else reader.pos, reader.pos
     elements = [_renumbered(footer[s:e], ordinal) for ordinal, (s, e) in enumerate(reversed(spans))]
