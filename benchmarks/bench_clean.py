@@ -1,6 +1,8 @@
 """Issue 3 benchmark: a full in-process clean of one partition against DuckDB and plain pyarrow.
 
-One partition, 5M records, 1M distinct keys, 100-byte values, 5% tombstones, sealed in 10 segments.
+One partition, 5M records, 1M distinct keys, 100-byte values, 5% tombstones, sealed in 10 segments. Keys
+are drawn uniformly, or with ``--zipf S`` from a Zipf distribution of exponent S over the keys (a few hot
+keys written again and again, a long tail written once or never: fewer records survive).
 
 * compactlog: ``store.clean(force=True)`` (map, filter, regroup, write, swap, checkpoint), in process;
 * DuckDB: the latest record per key from the same Parquet files, written to one Parquet file
@@ -17,9 +19,9 @@ several times per process, and reports its own peak RSS. The first run of a proc
 the first time, 0.4 s the second), which swamps what is measured. The later runs are *warm*, the steady
 state of a long-running cleaner (Kafka's runs in the broker for days); the targets are judged warm, and
 cold numbers are printed beside them. Targets: compactlog <= DuckDB, <= 1.3x pyarrow, and a peak RSS under
-the dedupe buffer + 300 MB.
+the dedupe buffer + 300 MB; issue 26 asks for <= 0.5x DuckDB, every page's CRC still checked on read.
 
-Run: ``python benchmarks/bench_clean.py [--records N] [--keys K] [--processes P] [--runs R]``.
+Run: ``python benchmarks/bench_clean.py [--records N] [--keys K] [--zipf S] [--processes P] [--runs R]``.
 """
 
 from __future__ import annotations
@@ -47,12 +49,12 @@ import compactlog
 KAFKA_CLEANER_MB_S = (16, 87)  # Kafka's published cleaner throughput per thread
 
 
-def build(data_dir: str, records: int, keys: int, segments: int) -> None:
+def build(data_dir: str, records: int, keys: int, segments: int, zipf: float = 0.0) -> None:
     store = compactlog.open(data_dir, clock=lambda: 1_000_000)
     store.create_topic("bench", 1, {"cleanup.policy": "compact", "segment.bytes": 2**31 - 1})
     per = records // segments
     for i in range(segments):
-        store.append("bench", 0, keyed_table(per, keys, 100, 0.05, seed=i, timestamp=1_000_000))
+        store.append("bench", 0, keyed_table(per, keys, 100, 0.05, seed=i, timestamp=1_000_000, zipf=zipf))
         store.roll("bench", 0)
     store.close()
 
@@ -142,6 +144,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--segments", type=int, default=10)
+    parser.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of the keys drawn (0: uniform)")
     parser.add_argument("--processes", type=int, default=2, help="fresh processes per contender")
     parser.add_argument("--runs", type=int, default=4, help="timed runs in each process (the first is cold)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -151,10 +154,11 @@ def main() -> None:
         result = {"compactlog": child_compactlog, "duckdb": child_duckdb, "pyarrow": child_pyarrow}[kind](*rest)
         print(json.dumps(result))
         return
-    banner(f"full clean: {args.records:,} records, {args.keys:,} keys, {args.segments} segments, 5% tombstones")
+    keys_drawn = f"Zipf {args.zipf} over {args.keys:,} keys" if args.zipf else f"{args.keys:,} keys"
+    banner(f"full clean: {args.records:,} records, {keys_drawn}, {args.segments} segments, 5% tombstones")
     root = tempfile.mkdtemp(prefix="bench-clean-")
     pristine = os.path.join(root, "pristine")
-    build(pristine, args.records, args.keys, args.segments)
+    build(pristine, args.records, args.keys, args.segments, args.zipf)
     runs = str(max(2, args.runs))
     ours: list[dict[str, Any]] = []
     duck: list[dict[str, Any]] = []
@@ -179,7 +183,7 @@ def main() -> None:
           f"runs={[[round(t, 2) for t in r['seconds']] for r in ours]}")
     print(f"  records read {int(last['read']):,}, written {int(last['written']):,}")
     print(f"duckdb latest-per-key + write: warm {med_duck:.2f}s, cold {cold_duck:.2f}s -> compactlog/duckdb = "
-          f"{med / med_duck:.2f}x warm, {cold / cold_duck:.2f}x cold (target <= 1.0); "
+          f"{med / med_duck:.2f}x warm, {cold / cold_duck:.2f}x cold (target <= 0.5); "
           f"duckdb peak RSS {max(r['peak_rss'] for r in duck) / 2**20:.0f} MiB")
     print(f"pyarrow read + write retained: warm {med_arrow:.2f}s, cold {cold_arrow:.2f}s -> compactlog/pyarrow = "
           f"{med / med_arrow:.2f}x warm, {cold / cold_arrow:.2f}x cold (target <= 1.3); "

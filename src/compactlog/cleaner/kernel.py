@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..columns import from_numpy, is_null, to_numpy
+from ..columns import from_numpy, is_null, single_array, to_numpy
 from ..errors import CorruptSegmentError
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_NONE
@@ -145,7 +145,7 @@ def map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, np
     """Rows of a segment as the map sees them: ``(offsets, keys, eligible)``, where ``eligible`` marks the
     rows that enter the map (keyed data rows of the dirty range, not aborted)."""
     offsets = to_numpy(table.column("offset"))
-    keys = table.column("key").combine_chunks() if table.num_rows else pa.nulls(0, pa.binary())
+    keys = single_array(table.column("key")) if table.num_rows else pa.nulls(0, pa.binary())
     if "control_type" in table.column_names:
         control = to_numpy(table.column("control_type")) != CONTROL_NONE
     else:  # the segment has no control rows
