@@ -21,7 +21,9 @@ state of a long-running cleaner (Kafka's runs in the broker for days); the targe
 cold numbers are printed beside them. Targets: compactlog <= DuckDB, <= 1.3x pyarrow, and a peak RSS under
 the dedupe buffer + 300 MB; issue 26 asks for <= 0.5x DuckDB, every page's CRC still checked on read.
 
-Run: ``python benchmarks/bench_clean.py [--records N] [--keys K] [--zipf S] [--processes P] [--runs R]``.
+Run: ``python benchmarks/bench_clean.py [--records N] [--keys K] [--zipf S] [--processes P] [--runs R]
+[--baseline DIR]``; ``--baseline`` times another checkout's clean (before and after a change) in the same
+run, each of its processes right after one of this code's, on the same segment files.
 """
 
 from __future__ import annotations
@@ -127,8 +129,14 @@ def child_pyarrow(data_dir: str, retained_file: str, out: str, runs: str) -> dic
     return {"seconds": seconds, "peak_rss": peak_rss()}
 
 
-def in_child(*args: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, __file__, "--child", *args], check=True, capture_output=True, text=True)
+def in_child(*args: str, checkout: str | None = None) -> dict[str, Any]:
+    """A contender's runs in a fresh process: this checkout's, or with ``checkout`` another's (its
+    ``.venv`` and its copy of this script, so the clean timed is that code's)."""
+    python, script = sys.executable, __file__
+    if checkout is not None:
+        python = os.path.join(checkout, ".venv", "bin", "python")
+        script = os.path.join(checkout, "benchmarks", "bench_clean.py")
+    out = subprocess.run([python, script, "--child", *args], check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -147,6 +155,8 @@ def main() -> None:
     parser.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of the keys drawn (0: uniform)")
     parser.add_argument("--processes", type=int, default=2, help="fresh processes per contender")
     parser.add_argument("--runs", type=int, default=4, help="timed runs in each process (the first is cold)")
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of other code (with its .venv): its clean "
+                        "runs in alternation with this one's, on the same segments (before/after in one run)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -161,6 +171,7 @@ def main() -> None:
     build(pristine, args.records, args.keys, args.segments, args.zipf)
     runs = str(max(2, args.runs))
     ours: list[dict[str, Any]] = []
+    base: list[dict[str, Any]] = []
     duck: list[dict[str, Any]] = []
     arrow: list[dict[str, Any]] = []
     retained = os.path.join(root, "retained.parquet")
@@ -171,6 +182,10 @@ def main() -> None:
         if process == 0:
             pq.write_table(compactlog.open(ours[0]["retained"]).read_arrow("bench", 0, columns=["offset"]), retained)
         shutil.rmtree(scratch)
+        if args.baseline:
+            os.makedirs(scratch)
+            base.append(in_child("compactlog", pristine, scratch, runs, checkout=args.baseline))
+            shutil.rmtree(scratch)
         duck.append(in_child("duckdb", pristine, os.path.join(root, "duck.parquet"), runs))
         arrow.append(in_child("pyarrow", pristine, retained, os.path.join(root, "arrow.parquet"), runs))
     (cold, med), (cold_duck, med_duck), (cold_arrow, med_arrow) = map(cold_and_warm, (ours, duck, arrow))
@@ -188,6 +203,13 @@ def main() -> None:
     print(f"pyarrow read + write retained: warm {med_arrow:.2f}s, cold {cold_arrow:.2f}s -> compactlog/pyarrow = "
           f"{med / med_arrow:.2f}x warm, {cold / cold_arrow:.2f}x cold (target <= 1.3); "
           f"pyarrow peak RSS {max(r['peak_rss'] for r in arrow) / 2**20:.0f} MiB")
+    if base:
+        cold_base, med_base = cold_and_warm(base)
+        print(f"baseline {args.baseline} clean (its runs alternating with these): warm {med_base:.2f}s, cold "
+              f"{cold_base:.2f}s -> baseline/duckdb = {med_base / med_duck:.2f}x, baseline/pyarrow = "
+              f"{med_base / med_arrow:.2f}x warm; this/baseline = {med / med_base:.2f}x; baseline peak RSS "
+              f"{max(r['peak_rss'] for r in base) / 2**20:.0f} MiB  "
+              f"runs={[[round(t, 2) for t in r['seconds']] for r in base]}")
     peak = max(r["peak_rss"] for r in ours) / 2**20
     start_rss = last["rss_before"] / 2**20
     budget = last["dedupe"] / 2**20 + 300
