@@ -29,7 +29,7 @@ _MAGIC = b"PAR1"
 _TRAILER = struct.Struct("<I4s")  # footer length, magic
 
 # Compact protocol type ids.
-_TRUE, _FALSE, _BYTE, _I16, I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, STRUCT = range(1, 13)
+_TRUE, _FALSE, _BYTE, _I16, I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 _ROW_GROUPS_FIELD = 4  # FileMetaData.row_groups: list<RowGroup>
 _ORDINAL_FIELD = 7  # RowGroup.ordinal: i16
 
@@ -42,22 +42,29 @@ class CompactReader:
         self.pos = pos
 
     def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise CorruptSegmentError("Parquet metadata ends inside a value")
-        value = self.data[self.pos]
+        try:
+            value = self.data[self.pos]
+        except IndexError:
+            raise CorruptSegmentError("Parquet metadata ends inside a value") from None
         self.pos += 1
         return value
 
     def varint(self) -> int:
+        data, pos = self.data, self.pos
         shift = result = 0
-        while True:
-            byte = self.byte()
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 70:
-                raise CorruptSegmentError("Parquet metadata holds an over-long varint")
+        try:
+            while True:
+                byte = data[pos]
+                pos += 1
+                result |= (byte & 0x7F) << shift
+                if not byte & 0x80:
+                    self.pos = pos
+                    return result
+                shift += 7
+                if shift > 70:
+                    raise CorruptSegmentError("Parquet metadata holds an over-long varint")
+        except IndexError:
+            raise CorruptSegmentError("Parquet metadata ends inside a value") from None
 
     def field(self, last_id: int) -> tuple[int, int]:
         """The next field's (id, type); type 0 is the struct's end."""
@@ -96,7 +103,7 @@ class CompactReader:
                 for _ in range(size):
                     self.skip_element(types >> 4)
                     self.skip_element(types & 0x0F)
-        elif kind == STRUCT:
+        elif kind == _STRUCT:
             last = 0
             while True:
                 last, field_kind = self.field(last)
@@ -157,12 +164,12 @@ def reversed_footer(footer: bytes) -> bytes:
             break
         reader.skip(kind)
     size, element_kind = reader.list_header()
-    if element_kind != STRUCT:
+    if element_kind != _STRUCT:
         raise CorruptSegmentError("Parquet footer's row groups are not structs")
     spans = []
     for _ in range(size):
         start = reader.pos
-        reader.skip(STRUCT)
+        reader.skip(_STRUCT)
         spans.append((start, reader.pos))
     first, end = spans[0][0] if spans else reader.pos, reader.pos
     elements = [_renumbered(footer[s:e], ordinal) for ordinal, (s, e) in enumerate(reversed(spans))]
