@@ -37,7 +37,7 @@ _ORDINAL_FIELD = 7  # RowGroup.ordinal: i16
 class CompactReader:
     """A cursor over compact-protocol bytes (a footer, a page header) that can skip any value."""
 
-    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:
+    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:  # a memoryview of unsigned bytes
         self.data = data
         self.pos = pos
 
@@ -57,7 +57,7 @@ class CompactReader:
                 byte = data[pos]
                 pos += 1
                 result |= (byte & 0x7F) << shift
-                if not byte & 0x80:
+                if byte < 0x80:
                     self.pos = pos
                     return result
                 shift += 7

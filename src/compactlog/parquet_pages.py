@@ -43,6 +43,7 @@ def verify_chunk(data: memoryview, start: int, size: int) -> int:
 
 
 def _verify_chunk(data: memoryview, start: int, size: int) -> int:
+    data = data.cast("B")  # bytes as unsigned ints, whatever the exporter's format (a pa.Buffer's is signed)
     end = start + size
     if start < 0 or size < 0 or end > len(data):
         raise CorruptPageError(f"column chunk [{start}, {end}) lies outside the file's {len(data)} bytes")

@@ -53,7 +53,7 @@ class VerifiedParquetFile:
                 self._mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             source = pa.py_buffer(self._mapping)
         self._buffer = source
-        self._data = memoryview(source).cast("B")  # unsigned bytes (a pa.Buffer exports signed ones)
+        self._data = memoryview(source)
         self._file = pq.ParquetFile(pa.BufferReader(source), metadata=metadata, page_checksum_verification=False)
         self.metadata = self._file.metadata
         # Each top-level column's leaf columns (a list or struct has several), by name.

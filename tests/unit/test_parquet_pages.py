@@ -88,6 +88,16 @@ def test_the_dictionary_page_is_checked(tmp_path: Path) -> None:
         read_parquet(str(path), ["timestamp"])
 
 
+def test_pages_are_walked_in_any_view_of_the_file(tmp_path: Path) -> None:
+    """A pa.Buffer exports its bytes as signed chars: a header byte of 0x80 or more must still read as such
+    (a misread header would skip a page's check or fail a sound file)."""
+    path = tmp_path / segment_name(0, ".parquet")
+    write_sealed(str(path), _rows(3000), 0, 3000, compression="snappy")
+    for view in (memoryview(path.read_bytes()), memoryview(pa.py_buffer(path.read_bytes()))):
+        assert [verify_chunk(view, start, size) for _, start, size in _chunks(path)] == \
+            [verify_chunk(memoryview(path.read_bytes()), start, size) for _, start, size in _chunks(path)]
+
+
 def test_pages_written_without_a_crc_are_read_and_counted_as_unchecked(tmp_path: Path) -> None:
     path = tmp_path / "old.parquet"
     pq.write_table(_rows(100), path, write_page_checksum=False)
