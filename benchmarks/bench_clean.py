@@ -23,7 +23,8 @@ the dedupe buffer + 300 MB; issue 26 asks for <= 0.5x DuckDB, every page's CRC s
 
 Run: ``python benchmarks/bench_clean.py [--records N] [--keys K] [--zipf S] [--processes P] [--runs R]
 [--baseline DIR]``; ``--baseline`` times another checkout's clean (before and after a change) in the same
-run, each of its processes right after one of this code's, on the same segment files.
+run, each of its processes right after one of this code's, on the same segment files. Each contender's CPU
+time (every thread) is printed beside its wall time: on a shared machine it moves less with the load.
 """
 
 from __future__ import annotations
@@ -70,10 +71,18 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def cpu_seconds() -> float:
+    """The process's CPU time so far, user and system, every thread (steadier than wall time on a shared
+    machine: it counts the work done, not the waits for a core)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def child_compactlog(pristine: str, scratch: str, runs: str) -> dict[str, object]:
     import psutil
 
     seconds: list[float] = []
+    cpu: list[float] = []
     result: dict[str, object] = {}
     for run in range(int(runs)):
         work = os.path.join(scratch, f"compactlog{run}")
@@ -82,9 +91,10 @@ def child_compactlog(pristine: str, scratch: str, runs: str) -> dict[str, object
         store.describe("bench")  # an open store: the partition's log is loaded and the cleaner imported
         if run == 0:
             result["rss_before"] = psutil.Process().memory_info().rss
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         report = store.clean(force=True)
         seconds.append(time.perf_counter() - start)
+        cpu.append(cpu_seconds() - cpu_start)
         part = report.partitions[0]
         result.update(read=part.records_read, written=part.records_written, bytes_read=part.bytes_read,
                       dedupe=store.broker.log_cleaner_dedupe_buffer_size)
@@ -93,7 +103,7 @@ def child_compactlog(pristine: str, scratch: str, runs: str) -> dict[str, object
             result["retained"] = work  # kept for the pyarrow contender
         else:
             shutil.rmtree(work)
-    result.update(seconds=seconds, peak_rss=peak_rss(), pandas="pandas" in sys.modules)
+    result.update(seconds=seconds, cpu=cpu, peak_rss=peak_rss(), pandas="pandas" in sys.modules)
     return result
 
 
@@ -102,14 +112,15 @@ def child_duckdb(data_dir: str, out: str, runs: str) -> dict[str, object]:
 
     con = duckdb.connect()
     listing = ", ".join(f"'{f}'" for f in segment_files(data_dir))
-    seconds = []
+    seconds, cpu = [], []
     for _ in range(int(runs)):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         con.execute(
             f"COPY (SELECT * FROM read_parquet([{listing}]) "
             f"QUALIFY row_number() OVER (PARTITION BY key ORDER BY \"offset\" DESC) = 1) TO '{out}' (FORMAT parquet)")
         seconds.append(time.perf_counter() - start)
-    return {"seconds": seconds, "peak_rss": peak_rss()}
+        cpu.append(cpu_seconds() - cpu_start)
+    return {"seconds": seconds, "cpu": cpu, "peak_rss": peak_rss()}
 
 
 def child_pyarrow(data_dir: str, retained_file: str, out: str, runs: str) -> dict[str, object]:
@@ -119,25 +130,30 @@ def child_pyarrow(data_dir: str, retained_file: str, out: str, runs: str) -> dic
     files = segment_files(data_dir)
     masks = [pc.is_in(pq.read_table(path, columns=["offset"]).column("offset"), value_set=retained)
              for path in files]
-    seconds = []
+    seconds, cpu = [], []
     for _ in range(int(runs)):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         with pq.ParquetWriter(out, pq.read_schema(files[0])) as writer:
             for path, mask in zip(files, masks, strict=True):
                 writer.write_table(pq.read_table(path).filter(mask))
         seconds.append(time.perf_counter() - start)
-    return {"seconds": seconds, "peak_rss": peak_rss()}
+        cpu.append(cpu_seconds() - cpu_start)
+    return {"seconds": seconds, "cpu": cpu, "peak_rss": peak_rss()}
 
 
 def in_child(*args: str, checkout: str | None = None) -> dict[str, Any]:
-    """A contender's runs in a fresh process: this checkout's, or with ``checkout`` another's (its
-    ``.venv`` and its copy of this script, so the clean timed is that code's)."""
-    python, script = sys.executable, __file__
-    if checkout is not None:
-        python = os.path.join(checkout, ".venv", "bin", "python")
-        script = os.path.join(checkout, "benchmarks", "bench_clean.py")
-    out = subprocess.run([python, script, "--child", *args], check=True, capture_output=True, text=True)
+    """A contender's runs in a fresh process of this script: under this Python, or with ``checkout`` under
+    another checkout's ``.venv`` (whose compactlog is that checkout's code: the clean timed is its)."""
+    python = sys.executable if checkout is None else os.path.join(checkout, ".venv", "bin", "python")
+    out = subprocess.run([python, __file__, "--child", *args], check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def warm_cpu(results: list[dict[str, Any]]) -> str:
+    """The median CPU time of the warm runs, or n/a for a contender that did not report it."""
+    if not all("cpu" in r for r in results):
+        return "n/a"
+    return f"{statistics.median(t for r in results for t in r['cpu'][1:]):.2f}s"
 
 
 def cold_and_warm(results: list[dict[str, Any]]) -> tuple[float, float]:
@@ -194,20 +210,21 @@ def main() -> None:
     print(f"{args.processes} fresh processes per contender x {runs} runs each: 'warm' = median of the runs after a "
           f"process's first (a long-running cleaner), 'cold' = median of first runs (memory new to the process)")
     print(f"compactlog clean: warm median {med:.2f}s  ({args.records / med / 1e6:.2f}M records/s, {mb / med:.0f} MB/s; "
-          f"Kafka's cleaner: {KAFKA_CLEANER_MB_S[0]}-{KAFKA_CLEANER_MB_S[1]} MB/s per thread); cold {cold:.2f}s  "
-          f"runs={[[round(t, 2) for t in r['seconds']] for r in ours]}")
+          f"Kafka's cleaner: {KAFKA_CLEANER_MB_S[0]}-{KAFKA_CLEANER_MB_S[1]} MB/s per thread); cold {cold:.2f}s; "
+          f"CPU {warm_cpu(ours)} warm  runs={[[round(t, 2) for t in r['seconds']] for r in ours]}")
     print(f"  records read {int(last['read']):,}, written {int(last['written']):,}")
     print(f"duckdb latest-per-key + write: warm {med_duck:.2f}s, cold {cold_duck:.2f}s -> compactlog/duckdb = "
-          f"{med / med_duck:.2f}x warm, {cold / cold_duck:.2f}x cold (target <= 0.5); "
+          f"{med / med_duck:.2f}x warm, {cold / cold_duck:.2f}x cold (target <= 0.5); CPU {warm_cpu(duck)} warm; "
           f"duckdb peak RSS {max(r['peak_rss'] for r in duck) / 2**20:.0f} MiB")
     print(f"pyarrow read + write retained: warm {med_arrow:.2f}s, cold {cold_arrow:.2f}s -> compactlog/pyarrow = "
-          f"{med / med_arrow:.2f}x warm, {cold / cold_arrow:.2f}x cold (target <= 1.3); "
+          f"{med / med_arrow:.2f}x warm, {cold / cold_arrow:.2f}x cold (target <= 1.3); CPU {warm_cpu(arrow)} warm; "
           f"pyarrow peak RSS {max(r['peak_rss'] for r in arrow) / 2**20:.0f} MiB")
     if base:
         cold_base, med_base = cold_and_warm(base)
         print(f"baseline {args.baseline} clean (its runs alternating with these): warm {med_base:.2f}s, cold "
               f"{cold_base:.2f}s -> baseline/duckdb = {med_base / med_duck:.2f}x, baseline/pyarrow = "
-              f"{med_base / med_arrow:.2f}x warm; this/baseline = {med / med_base:.2f}x; baseline peak RSS "
+              f"{med_base / med_arrow:.2f}x warm; this/baseline = {med / med_base:.2f}x; CPU {warm_cpu(base)} warm; "
+              f"baseline peak RSS "
               f"{max(r['peak_rss'] for r in base) / 2**20:.0f} MiB  "
               f"runs={[[round(t, 2) for t in r['seconds']] for r in base]}")
     peak = max(r["peak_rss"] for r in ours) / 2**20
