@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +36,9 @@ READ_ERRORS = (OSError, pa.ArrowException, ValueError, IndexError, KeyError, EOF
 # Linux's MADV_POPULATE_READ (5.14; Python's mmap module names it from 3.12 on): a column chunk of at least
 # POPULATE_BYTES is mapped in one call before its pages are checked, instead of a fault every few pages.
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
-_POPULATE = hasattr(mmap, "MADV_DONTNEED") and os.uname().sysname == "Linux"
+_POPULATE = sys.platform.startswith("linux")
 POPULATE_BYTES = 256 * 1024
+_RELEASE = hasattr(mmap, "MADV_DONTNEED")  # not on Windows, where a mapping's pages are the system's to drop
 
 
 class VerifiedParquetFile:
@@ -98,7 +100,7 @@ class VerifiedParquetFile:
 
     def _release(self, span: tuple[int, int] | None) -> None:
         """Let the mapped pages of ``span`` go (a later read maps them again from the page cache)."""
-        if self._mapping is None or span is None:
+        if self._mapping is None or span is None or not _RELEASE:
             return
         start = span[0] - span[0] % mmap.PAGESIZE
         self._mapping.madvise(mmap.MADV_DONTNEED, start, span[1] - start)
