@@ -39,10 +39,16 @@ def median_time(fn: Callable[[], Any], runs: int, setup: Callable[[], Any] | Non
 
 
 def keyed_table(n: int, distinct_keys: int, value_bytes: int = 100, tombstone_fraction: float = 0.0,
-                seed: int = 0, timestamp: int | None = None) -> pa.Table:
-    """``n`` records over ``distinct_keys`` keys (``key-%010d``), random values, some tombstones."""
+                seed: int = 0, timestamp: int | None = None, zipf: float = 0.0) -> pa.Table:
+    """``n`` records over ``distinct_keys`` keys (``key-%010d``), random values, some tombstones. Keys are
+    drawn uniformly, or with ``zipf`` > 0 from a Zipf distribution of that exponent over the keys (the key of
+    rank r drawn with probability proportional to r ** -zipf: a few hot keys, a long tail of cold ones)."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, distinct_keys, n)
+    if zipf > 0:
+        weights = np.arange(1, distinct_keys + 1, dtype=np.float64) ** -zipf
+        ids = np.searchsorted(np.cumsum(weights / weights.sum()), rng.random(n)).clip(0, distinct_keys - 1)
+    else:
+        ids = rng.integers(0, distinct_keys, n)
     keys = pa.array(np.char.add(b"key-", np.char.zfill(ids.astype("S10"), 10)).astype(object), pa.binary())
     raw = rng.integers(0, 256, size=n * value_bytes, dtype=np.uint8).tobytes()
     offsets = pa.array(np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32))

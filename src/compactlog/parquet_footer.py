@@ -15,6 +15,7 @@ Compact protocol, as used here: a struct is a run of fields, each a header byte 
 high nibble, or 0 and a zigzag varint id; the type in the low nibble) then the value, ended by a 0 byte.
 Integers are zigzag varints, binary is a varint length then the bytes, a list is a header byte (size in
 the high nibble, or 15 and a varint size; the element type in the low nibble) then the elements.
+:class:`CompactReader` reads it here and for :mod:`.parquet_pages` (page headers).
 """
 
 from __future__ import annotations
@@ -29,35 +30,42 @@ _MAGIC = b"PAR1"
 _TRAILER = struct.Struct("<I4s")  # footer length, magic
 
 # Compact protocol type ids.
-_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
+_TRUE, _FALSE, _BYTE, _I16, I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 _ROW_GROUPS_FIELD = 4  # FileMetaData.row_groups: list<RowGroup>
 _ORDINAL_FIELD = 7  # RowGroup.ordinal: i16
 
 
-class _Reader:
-    """A cursor over compact-protocol bytes that can skip any value."""
+class CompactReader:
+    """A cursor over compact-protocol bytes (a footer, a page header) that can skip any value."""
 
-    def __init__(self, data: bytes, pos: int = 0) -> None:
+    def __init__(self, data: bytes | memoryview, pos: int = 0) -> None:  # a memoryview of unsigned bytes
         self.data = data
         self.pos = pos
 
     def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise CorruptSegmentError("Parquet footer ends inside a value")
-        value = self.data[self.pos]
+        try:
+            value = self.data[self.pos]
+        except IndexError:
+            raise CorruptSegmentError("Parquet metadata ends inside a value") from None
         self.pos += 1
         return value
 
     def varint(self) -> int:
+        data, pos = self.data, self.pos
         shift = result = 0
-        while True:
-            byte = self.byte()
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-            if shift > 70:
-                raise CorruptSegmentError("Parquet footer holds an over-long varint")
+        try:
+            while True:
+                byte = data[pos]
+                pos += 1
+                result |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    self.pos = pos
+                    return result
+                shift += 7
+                if shift > 70:
+                    raise CorruptSegmentError("Parquet metadata holds an over-long varint")
+        except IndexError:
+            raise CorruptSegmentError("Parquet metadata ends inside a value") from None
 
     def field(self, last_id: int) -> tuple[int, int]:
         """The next field's (id, type); type 0 is the struct's end."""
@@ -66,7 +74,7 @@ class _Reader:
         if kind == 0:
             return 0, 0
         delta = header >> 4
-        return (last_id + delta if delta else _unzigzag(self.varint())), kind
+        return (last_id + delta if delta else unzigzag(self.varint())), kind
 
     def list_header(self) -> tuple[int, int]:
         header = self.byte()
@@ -78,7 +86,7 @@ class _Reader:
             return
         if kind == _BYTE:
             self.pos += 1
-        elif kind in (_I16, _I32, _I64):
+        elif kind in (_I16, I32, _I64):
             self.varint()
         elif kind == _DOUBLE:
             self.pos += 8
@@ -104,9 +112,9 @@ class _Reader:
                     return
                 self.skip(field_kind)
         else:
-            raise CorruptSegmentError(f"Parquet footer holds an unknown Thrift type {kind}")
+            raise CorruptSegmentError(f"Parquet metadata holds an unknown Thrift type {kind}")
         if self.pos > len(self.data):
-            raise CorruptSegmentError("Parquet footer ends inside a value")
+            raise CorruptSegmentError("Parquet metadata ends inside a value")
 
     def skip_element(self, kind: int) -> None:
         # A boolean list element is a whole byte, unlike a boolean field.
@@ -116,7 +124,7 @@ class _Reader:
             self.skip(kind)
 
 
-def _unzigzag(value: int) -> int:
+def unzigzag(value: int) -> int:
     return (value >> 1) ^ -(value & 1)
 
 
@@ -133,7 +141,7 @@ def _zigzag_varint(value: int) -> bytes:
 
 def _renumbered(element: bytes, ordinal: int) -> bytes:
     """A RowGroup struct's bytes with its ordinal field (if any) set to ``ordinal``."""
-    reader = _Reader(element)
+    reader = CompactReader(element)
     last = 0
     while True:
         last, kind = reader.field(last)
@@ -147,7 +155,7 @@ def _renumbered(element: bytes, ordinal: int) -> bytes:
 
 def reversed_footer(footer: bytes) -> bytes:
     """``footer`` (FileMetaData bytes) with its row-group list in reverse order, ordinals renumbered."""
-    reader = _Reader(footer)
+    reader = CompactReader(footer)
     last = 0
     while True:
         last, kind = reader.field(last)

@@ -8,18 +8,18 @@ transactions whose marker lies in the segment (Kafka's ``.txnindex``), and ``com
 rows are in offset order, so row-group statistics on ``offset`` and ``timestamp`` let a seek read only the
 row groups it needs. (The footer lists the row groups in offset order; in a file the single-pass cleaner
 wrote, their bytes lie newest first: :mod:`.parquet_footer`.) This module owns the reader
-(:class:`SealedSegment`), the writer (:class:`SegmentWriter`, :func:`write_sealed`) and whole-file reads
-(:func:`read_parquet`).
+(:class:`SealedSegment`) and the writer (:class:`SegmentWriter`, :func:`write_sealed`); a file's bytes are
+read by :mod:`.segment_file`.
 
-Integrity. Every data page carries Parquet's CRC32 (``write_page_checksum``), verified on every read
-(:func:`open_parquet`). The footer is not covered by page checksums, so ``compactlog.checksum`` is a CRC32
-of what reads rely on in it (:func:`footer_checksum`): the other ``compactlog.*`` values and, per row group
-in footer order, its row count and the statistics of ``offset`` (min, max) and ``timestamp`` (max), which
-seeks use to skip row groups. Rows read are checked too: offsets strictly increasing inside
-``[base_offset, next_offset)``. Damage found by any of these is a :class:`CorruptSegmentError` naming the
-file and its offset range, never data. Segments written before checksums (no ``compactlog.checksum``, no
-page CRCs) are still read: Parquet verifies a page's CRC only when the page has one, and their footers are
-held to the same range checks without the CRC.
+Integrity. Every page carries Parquet's CRC32 (``write_page_checksum``), checked on every read before the
+page is decoded (:func:`.segment_file.open_parquet`). The footer is not covered by page checksums, so
+``compactlog.checksum`` is a CRC32 of what reads rely on in it (:func:`footer_checksum`): the other
+``compactlog.*`` values and, per row group in footer order, its row count and the statistics of ``offset``
+(min, max) and ``timestamp`` (max), which seeks use to skip row groups. Rows read are checked too: offsets
+strictly increasing inside ``[base_offset, next_offset)``. Damage found by any of these is a
+:class:`CorruptSegmentError` naming the file and its offset range, never data. Segments written before
+checksums (no ``compactlog.checksum``, no page CRCs) are still read: a page's CRC is checked when the page
+has one, and their footers are held to the same range checks without the CRC.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import contextlib
 import json
 import mmap
 import os
-import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,6 +43,8 @@ from .parquet_footer import reverse_row_groups
 from .producer_state import AbortedTxn
 from .record import CONTROL_NONE, SCHEMA
 from .segment import SegmentMeta, fsync_path
+from .segment_file import READ_ERRORS, VerifiedParquetFile, open_parquet, read_parquet_unwrapped
+from .segment_file import read_parquet as read_parquet  # segments' readers import it from here
 from .writeback import start_writeback
 
 # Rows per Parquet row group of a sealed segment (about 8-9 MB decoded with 100-byte values). A row group
@@ -62,10 +63,6 @@ _ABORTED_KEY = b"compactlog.aborted"  # JSON [[producer id, first offset, marker
 _CHECKSUM_KEY = b"compactlog.checksum"  # footer_checksum() as a decimal string
 _OFFSET_COLUMN = SCHEMA.get_field_index("offset")
 _TIMESTAMP_COLUMN = SCHEMA.get_field_index("timestamp")
-# What a reader can fail with on a damaged file: a page CRC mismatch or a short read (OSError), an
-# undecodable page or footer (ArrowException), a column name the footer lost (KeyError), and Thrift or
-# decompression errors pyarrow lets through.
-READ_ERRORS = (OSError, pa.ArrowException, ValueError, IndexError, KeyError, EOFError)
 
 # One row group as the footer checksum sees it: (rows, min offset, max offset, max timestamp).
 RowGroupRange = tuple[int, int, int, int]
@@ -109,12 +106,6 @@ def offsets_problem(offsets: np.ndarray, base_offset: int, next_offset: int) -> 
     return None
 
 
-def open_parquet(path: str | pa.Buffer) -> pq.ParquetFile:
-    """A reader of a sealed segment (its path, or its bytes) that verifies every page's CRC (pages written
-    without one are read)."""
-    return pq.ParquetFile(path if isinstance(path, str) else pa.BufferReader(path), page_checksum_verification=True)
-
-
 class SealedSegment:
     """A sealed Parquet segment. Immutable: replaced whole by the cleaner, never edited."""
 
@@ -143,7 +134,7 @@ class SealedSegment:
         segment.source = pa.py_buffer(mapped)
         return segment
 
-    def _file(self) -> pq.ParquetFile:
+    def _file(self) -> VerifiedParquetFile:
         return open_parquet(self.path if self.source is None else self.source)
 
     @property
@@ -216,7 +207,7 @@ class SealedSegment:
                 raise self.corrupt(problem)
         return table
 
-    def row_groups_for_offsets(self, file: pq.ParquetFile, start: int, end: int | None) -> list[int]:
+    def row_groups_for_offsets(self, file: VerifiedParquetFile, start: int, end: int | None) -> list[int]:
         groups = []
         for i in range(file.metadata.num_row_groups):
             stats = file.metadata.row_group(i).column(0).statistics
@@ -250,7 +241,7 @@ class SealedSegment:
         read_columns = columns if columns is None or "offset" in columns else ["offset", *columns]
         if start <= self.base_offset and (end_offset is None or end_offset >= self.next_offset):
             try:
-                table = _read_parquet(self.path if self.source is None else self.source, read_columns)
+                table = read_parquet_unwrapped(self.path if self.source is None else self.source, read_columns)
             except FileNotFoundError:
                 raise
             except READ_ERRORS as e:
@@ -432,41 +423,3 @@ def write_sealed(path: str, rows: pa.Table | list[pa.RecordBatch], base_offset: 
     except BaseException:
         writer.abort()
         raise
-
-
-# A whole file is read as this many runs of row groups at once, each by its own reader (a reader decodes
-# its row groups' columns in parallel, not the row groups themselves).
-READ_PARTS = 4
-_readers: ThreadPoolExecutor | None = None
-_readers_lock = threading.Lock()
-
-
-def read_parquet(path: str | pa.Buffer, columns: list[str] | None = None) -> pa.Table:
-    """A whole Parquet file (or its ``columns``; ``path`` may be the file's bytes), row groups decoded in
-    parallel as ``pq.read_table`` does. Not ``pq.read_table`` itself: it goes through ``pyarrow.dataset``,
-    whose import brings pandas in (see :mod:`compactlog.columns`)."""
-    try:
-        return _read_parquet(path, columns)
-    except FileNotFoundError:
-        raise
-    except READ_ERRORS as e:
-        raise CorruptSegmentError(f"{path if isinstance(path, str) else 'a pinned segment'}: unreadable: {e}") from e
-
-
-def _read_parquet(path: str | pa.Buffer, columns: list[str] | None) -> pa.Table:
-    global _readers
-    with open_parquet(path) as file:
-        count = file.metadata.num_row_groups
-        if count < 2:
-            return file.read(columns=columns)
-    parts = min(READ_PARTS, count)
-    runs = [list(range(count * i // parts, count * (i + 1) // parts)) for i in range(parts)]
-    with _readers_lock:
-        if _readers is None:
-            _readers = ThreadPoolExecutor(READ_PARTS, thread_name_prefix="compactlog-read")
-
-    def read(groups: list[int]) -> pa.Table:
-        with open_parquet(path) as file:  # one reader per thread: a reader is not thread-safe
-            return file.read_row_groups(groups, columns=columns)
-
-    return pa.concat_tables(list(_readers.map(read, runs)))

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..columns import from_numpy, is_null, to_numpy
+from ..columns import from_numpy, is_null, single_array, to_numpy
 from ..errors import CorruptSegmentError
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_NONE
-from ..sealed_segment import READ_ERRORS, SealedSegment, offsets_problem, open_parquet, read_parquet
+from ..sealed_segment import SealedSegment, offsets_problem
+from ..segment_file import READ_ERRORS, VerifiedParquetFile, open_parquet, read_parquet
 from .offset_map import OffsetMap
 from .plan import SegmentStats, group_segments_by_size
 
@@ -145,7 +145,7 @@ def map_rows(table: pa.Table, task: CleanTask) -> tuple[np.ndarray, pa.Array, np
     """Rows of a segment as the map sees them: ``(offsets, keys, eligible)``, where ``eligible`` marks the
     rows that enter the map (keyed data rows of the dirty range, not aborted)."""
     offsets = to_numpy(table.column("offset"))
-    keys = table.column("key").combine_chunks() if table.num_rows else pa.nulls(0, pa.binary())
+    keys = single_array(table.column("key")) if table.num_rows else pa.nulls(0, pa.binary())
     if "control_type" in table.column_names:
         control = to_numpy(table.column("control_type")) != CONTROL_NONE
     else:  # the segment has no control rows
@@ -287,7 +287,7 @@ def map_entries(offset_map: OffsetMap, segments: Sequence[SegmentFile]) -> dict[
 
 
 def _row_groups(segments: Sequence[SegmentFile], newest_first: bool = False
-                ) -> Iterator[tuple[SegmentFile, int, pq.ParquetFile, int]]:
+                ) -> Iterator[tuple[SegmentFile, int, VerifiedParquetFile, int]]:
     for segment in reversed(segments) if newest_first else segments:
         # The footer is checked again (its CRC, ranges and schema): a round never rewrites a segment it
         # cannot verify, even one damaged since the log opened it.
@@ -315,7 +315,7 @@ def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile],
     ``one_core``: nothing ahead, and each row group decoded on one thread (a round that shares the machine
     with as many other rounds as there are cores)."""
 
-    def read(item: tuple[SegmentFile, int, pq.ParquetFile, int]) -> pa.Table:
+    def read(item: tuple[SegmentFile, int, VerifiedParquetFile, int]) -> pa.Table:
         segment, _, file, index = item
         names = columns(segment) if columns is not None else None
         if index < 0:
@@ -334,7 +334,7 @@ def prefetched(segments: Sequence[SegmentFile], columns: Callable[[SegmentFile],
         return table
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactlog-prefetch") as pool:
-        queued: deque[tuple[tuple[SegmentFile, int, pq.ParquetFile, int], Future[pa.Table]]] = deque()
+        queued: deque[tuple[tuple[SegmentFile, int, VerifiedParquetFile, int], Future[pa.Table]]] = deque()
         for item in _row_groups(segments, newest_first):
             queued.append((item, pool.submit(read, item)))
             if len(queued) > (0 if one_core else ahead):

@@ -24,8 +24,9 @@ import pyarrow as pa
 from ..columns import from_numpy, is_null, to_numpy
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
-from ..sealed_segment import SegmentWriter, read_parquet
+from ..sealed_segment import SegmentWriter
 from ..segment import CLEANED_SUFFIX, SEALED_SUFFIX, segment_name
+from ..segment_file import read_parquet
 from .kernel import CleanTask, GroupResult, SegmentFile, prefetched
 from .offset_map import OffsetMap
 
