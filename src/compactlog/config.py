@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
-from compactlog.cleaner.plan import effective_roll_ms
 from compactlog.config_def import ConfigDef, Synonym
 from compactlog.errors import ConfigError
 from compactlog.limits import INT_MAX, LONG_MAX
@@ -231,9 +230,12 @@ class TopicConfig(_Config):
 
     @property
     def roll_ms(self) -> int:
-        """The effective roll time: a compacted log also rolls by max.compaction.lag.ms (KIP-354)."""
-        return effective_roll_ms(self.segment_ms, compact=self.compact,
-                                 max_compaction_lag_ms=self.max_compaction_lag_ms)
+        """The effective roll time, Kafka's ``LogConfig.maxSegmentMs``: ``min(segment.ms,
+        max.compaction.lag.ms)`` for a compacted topic with a max lag above 0, so that the max lag can force a
+        roll (KIP-354: the cleaner never cleans the active segment)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def parquet_compression(self) -> str:

@@ -2,7 +2,7 @@
 
 A frame is as many rows as the active segment still has room for (by an upper bound of their stored
 size, at most ``MAX_FRAME_ROWS``, at least one row); whether the segment rolls before a frame is
-:func:`.cleaner.plan.should_roll` of the segment as it will be by then, the frame's size and its newest
+:func:`.segment_roll.should_roll` of the segment as it will be by then, the frame's size and its newest
 timestamp. Pure functions of the rows and the segment's stats: :class:`compactlog.log.Log` writes the frames.
 """
 
@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .active_segment import FRAME_HEADER_SIZE, batch_omitted, frame_row_bytes, omitted_columns, stored_columns
-from .cleaner.plan import SegmentStats, should_roll
 from .columns import Column, binary_lengths, binary_span, from_numpy, to_numpy
 from .record import SCHEMA, RecordColumns, batch_arrays, header_bytes
+from .segment import SegmentStats
+from .segment_roll import should_roll
 
 # Rows per active-segment frame: bounds the memory of one append and of one read step.
 MAX_FRAME_ROWS = 65536

@@ -29,10 +29,11 @@ import pyarrow as pa
 
 from .cleaner.cleaner import CLEANER_DISABLED, CleanReport
 from .cleaner.estimate import ESTIMATE_COLUMNS, FreedEstimate, estimate_freed
-from .cleaner.plan import PartitionState, SegmentStats, retention_deletable, select_logs
+from .cleaner.plan import PartitionState, retention_deletable, select_logs
 from .errors import CompactLogError
 from .partition_view import planner_state, read_only_log
 from .retention import retention_roll_due
+from .segment import SegmentStats
 from .transaction_transitions import ONGOING
 from .transactions import transaction_expired
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cleaner.cleanability import REASON_UNCLEANABLE, Cleanability, cleanability
-from .cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
+from .cleaner.plan import CleaningPolicy, PartitionState
 from .columns import is_null, to_numpy
 from .errors import UnknownTopicOrPartitionError
+from .segment import SegmentStats
 
 if TYPE_CHECKING:
     from .config import TopicConfig

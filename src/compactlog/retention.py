@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .cleaner.plan import SegmentStats, retention_deletable
+from .cleaner.plan import retention_deletable
 from .partition_view import planner_state
+from .segment import SegmentStats
 
 if TYPE_CHECKING:
     from .config import TopicConfig

@@ -19,6 +19,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .faults import io_fault
 
@@ -87,3 +88,31 @@ def fsync_path(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStats:
+    """One segment as the planner sees it.
+
+    ``next_offset`` is one past the offsets the segment covers: the next segment's base offset, or the log end
+    offset for the active segment. ``max_timestamp``/``first_timestamp`` are -1 for an empty segment.
+    ``first_timestamp`` plays Kafka's first-batch timestamp (used by max.compaction.lag.ms and time rolls).
+    """
+
+    base_offset: int
+    next_offset: int
+    size_bytes: int
+    record_count: int
+    max_timestamp: int
+    first_timestamp: int
+    active: bool
+
+    @classmethod
+    def from_meta(cls, meta: Any) -> SegmentStats:
+        """The stats of any segment-metadata object with the same attribute names (duck typed)."""
+        return cls(meta.base_offset, meta.next_offset, meta.size_bytes, meta.record_count, meta.max_timestamp,
+                   meta.first_timestamp, meta.active)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size_bytes == 0 and self.record_count == 0

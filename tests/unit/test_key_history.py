@@ -8,11 +8,12 @@ import dataclasses
 import pyarrow as pa
 
 from compactlog.cleaner.estimate import estimate_freed
-from compactlog.cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
+from compactlog.cleaner.plan import CleaningPolicy, PartitionState
 from compactlog.key_history import KeyRecord, explain_key
 from compactlog.maintenance import roll_reason, rolled_state
 from compactlog.record import CONTROL_COMMIT, CONTROL_NONE
 from compactlog.retention import retention_roll_due
+from compactlog.segment import SegmentStats
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000

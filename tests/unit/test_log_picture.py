@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import compactlog
-from compactlog.cleaner.plan import CleaningPolicy, PartitionState, SegmentStats
+from compactlog.cleaner.plan import CleaningPolicy, PartitionState
 from compactlog.cli.log_picture_html import render_html
 from compactlog.cli.log_picture_png import COLOURS, DPI, HEADER_IN, ROW_IN, figure_size_px, write_png
 from compactlog.cli.main import main
@@ -35,6 +35,7 @@ from compactlog.log_picture import (
     segment_sections,
     topic_picture,
 )
+from compactlog.segment import SegmentStats
 from support import FakeClock
 
 HOUR = 3_600_000

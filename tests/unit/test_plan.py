@@ -16,18 +16,17 @@ from compactlog.cleaner.plan import (
     LIMIT_MIN_LAG,
     CleaningPolicy,
     PartitionState,
-    SegmentStats,
     cleanable_offsets,
-    effective_roll_ms,
     group_segments_by_size,
-    idle_roll_due,
     log_to_clean,
     max_compaction_delay,
     retention_deletable,
     select_logs,
-    should_roll,
 )
+from compactlog.config import topic_config
 from compactlog.limits import INT_MAX, LONG_MAX
+from compactlog.segment import SegmentStats
+from compactlog.segment_roll import idle_roll_due, should_roll
 
 POLICY = CleaningPolicy(
     compact=True,
@@ -375,10 +374,13 @@ def test_should_roll_by_size_and_time() -> None:
     assert should_roll(negative, 1, 1, segment_bytes=1000, roll_ms=1) == "segment.ms: first record is 2 ms old > 1 ms"
 
 
-def test_effective_roll_ms_and_idle_roll() -> None:
-    assert effective_roll_ms(7000, compact=True, max_compaction_lag_ms=3000) == 3000
-    assert effective_roll_ms(7000, compact=True, max_compaction_lag_ms=LONG_MAX) == 7000
-    assert effective_roll_ms(7000, compact=False, max_compaction_lag_ms=3000) == 7000
+def test_roll_ms_and_idle_roll() -> None:
+    def roll_ms(policy: str, max_lag: int) -> int:
+        return topic_config({"cleanup.policy": policy, "segment.ms": 7000, "max.compaction.lag.ms": max_lag}).roll_ms
+
+    assert roll_ms("compact", 3000) == 3000
+    assert roll_ms("compact", LONG_MAX) == 7000
+    assert roll_ms("delete", 3000) == 7000
     active = SegmentStats(30, 35, 900, 5, 5000, 1000, True)
     assert not idle_roll_due(active, 4000, 3000)
     assert idle_roll_due(active, 4001, 3000)

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from compactlog.active_segment import omitted_columns
-from compactlog.cleaner.plan import SegmentStats
 from compactlog.frame_plan import fits_one_frame, plan_frames, row_sizes
 from compactlog.limits import INT_MAX
 from compactlog.producer_state import ProducerStateManager
 from compactlog.record import SCHEMA, data_rows, producer_rows
+from compactlog.segment import SegmentStats
 
 
 def _rows(n: int, base_sequence: int, producer_id: int, epoch: int, transactional: bool, first_offset: int,

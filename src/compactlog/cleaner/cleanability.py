@@ -40,6 +40,7 @@ import datetime
 from dataclasses import dataclass
 
 from ..limits import LONG_MAX
+from ..segment_roll import idle_roll_due
 from .plan import (
     LIMIT_LSO,
     LIMIT_MIN_LAG,
@@ -48,7 +49,6 @@ from .plan import (
     SegmentStats,
     due_for_cleaning,
     earliest_dirty_timestamp,
-    idle_roll_due,
     log_to_clean,
 )
 
@@ -164,7 +164,7 @@ def state_after_roll(state: PartitionState) -> PartitionState:
 
 def state_after_idle_roll(state: PartitionState, now_ms: int) -> PartitionState:
     """The state a cleaner pass at ``now_ms`` selects from: a compacted log's pass first rolls an active
-    segment whose first record is older than max.compaction.lag.ms (:func:`~.plan.idle_roll_due`)."""
+    segment whose first record is older than max.compaction.lag.ms (:func:`compactlog.segment_roll.idle_roll_due`)."""
     due = state.policy.compact and idle_roll_due(state.active, now_ms, state.policy.max_compaction_lag_ms)
     return state_after_roll(state) if due else state
 

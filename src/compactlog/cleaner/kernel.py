@@ -40,9 +40,10 @@ from ..errors import CorruptSegmentError
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_NONE
 from ..sealed_segment import SealedSegment, offsets_problem
+from ..segment import SegmentStats
 from ..segment_file import READ_ERRORS, VerifiedParquetFile, open_parquet, read_parquet
 from .offset_map import OffsetMap
-from .plan import SegmentStats, group_segments_by_size
+from .plan import group_segments_by_size
 
 # Segments of at most this many bytes have their keys looked up in the offset map in one hash pass of it
 # (hashing a map of a million keys costs about as much as rewriting a segment of a few hundred thousand

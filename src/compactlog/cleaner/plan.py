@@ -3,8 +3,9 @@
 It owns the decisions Kafka's ``LogCleanerManager`` and ``UnifiedLog`` make before any record is read: the
 dirty range and ratio of a partition (:func:`cleanable_offsets`, :func:`log_to_clean`), which partitions are
 due and why the others are not (:func:`select_logs`), how a round's segments are packed into cleaned segments
-(:func:`group_segments_by_size`), active-segment rolls (:func:`should_roll`, :func:`idle_roll_due`) and
-which old segments retention removes (:func:`retention_deletable`). The gauges are :mod:`.metrics`'.
+(:func:`group_segments_by_size`) and which old segments retention removes (:func:`retention_deletable`).
+When the active segment rolls is the log's rule (:mod:`compactlog.segment_roll`); the gauges are
+:mod:`.metrics`'.
 
 Nothing here does I/O or reads a clock: ``now_ms`` is always passed in. Offsets and sizes are Python ints, so
 Kafka's ``Long`` arithmetic is computed exactly (no overflow).
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..limits import INT_MAX, LONG_MAX
+from ..segment import SegmentStats
 
 LIMIT_ACTIVE = "active segment"
 LIMIT_LSO = "last stable offset"
@@ -51,34 +53,6 @@ class CleaningPolicy:
     def cleanup_policy(self) -> str:
         """The ``cleanup.policy`` list as Kafka spells it, e.g. ``"compact,delete"``."""
         return ",".join(name for name, on in (("compact", self.compact), ("delete", self.delete)) if on)
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentStats:
-    """One segment as the planner sees it.
-
-    ``next_offset`` is one past the offsets the segment covers: the next segment's base offset, or the log end
-    offset for the active segment. ``max_timestamp``/``first_timestamp`` are -1 for an empty segment.
-    ``first_timestamp`` plays Kafka's first-batch timestamp (used by max.compaction.lag.ms and time rolls).
-    """
-
-    base_offset: int
-    next_offset: int
-    size_bytes: int
-    record_count: int
-    max_timestamp: int
-    first_timestamp: int
-    active: bool
-
-    @classmethod
-    def from_meta(cls, meta: Any) -> SegmentStats:
-        """The stats of any segment-metadata object with the same attribute names (duck typed)."""
-        return cls(meta.base_offset, meta.next_offset, meta.size_bytes, meta.record_count, meta.max_timestamp,
-                   meta.first_timestamp, meta.active)
-
-    @property
-    def is_empty(self) -> bool:
-        return self.size_bytes == 0 and self.record_count == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,46 +344,6 @@ def group_segments_by_size(
             i += 1
         groups.append(group)
     return groups
-
-
-# --- Rolling the active segment -----------------------------------------------------------------------------
-
-
-def effective_roll_ms(segment_ms: int, *, compact: bool, max_compaction_lag_ms: int) -> int:
-    """Kafka's ``maxSegmentMs``: ``min(segment.ms, max.compaction.lag.ms)`` for compacted topics with max lag
-    > 0, so that max lag can force a roll (the cleaner never cleans the active segment)."""
-    if compact and max_compaction_lag_ms > 0:
-        return min(segment_ms, max_compaction_lag_ms)
-    return segment_ms
-
-
-def should_roll(
-    active: SegmentStats, incoming_bytes: int, now_ms: int, *, segment_bytes: int, roll_ms: int
-) -> str | None:
-    """Whether appending ``incoming_bytes`` must first roll the active segment (``LogSegment.shouldRoll``,
-    size and time rules; an empty segment never rolls). Returns the reason, or None.
-
-    Kafka measures the age from the segment's first-batch timestamp to the incoming batch's max timestamp;
-    pass that as ``now_ms`` to match exactly. A non-empty segment's first timestamp is that of its first
-    record, whatever its value (records appended as tables may carry any timestamp).
-    """
-    if active.is_empty:
-        return None
-    if active.size_bytes + incoming_bytes > segment_bytes:
-        return f"segment.bytes: {active.size_bytes} + {incoming_bytes} bytes > {segment_bytes}"
-    if now_ms - active.first_timestamp > roll_ms:
-        return f"segment.ms: first record is {now_ms - active.first_timestamp} ms old > {roll_ms} ms"
-    return None
-
-
-def idle_roll_due(active: SegmentStats, now_ms: int, max_compaction_lag_ms: int) -> bool:
-    """The cleaner's rule for an idle partition: roll a non-empty active segment whose first record is older
-    than max.compaction.lag.ms, so it becomes cleanable (Kafka only rolls on append, §7.4)."""
-    return (
-        not active.is_empty
-        and active.first_timestamp >= 0
-        and now_ms - active.first_timestamp > max_compaction_lag_ms
-    )
 
 
 # --- Retention ----------------------------------------------------------------------------------------------

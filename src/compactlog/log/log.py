@@ -29,7 +29,6 @@ from typing import Any
 import pyarrow as pa
 
 from ..active_segment import ActiveSegment, encode_stored, sync_and_close
-from ..cleaner.plan import SegmentStats, idle_roll_due, should_roll
 from ..columns import repeat
 from ..data_dir import open_partition_lock
 from ..errors import KafkaStorageError
@@ -45,7 +44,8 @@ from ..record import (
     record_columns,
 )
 from ..sealed_segment import SealedSegment
-from ..segment import ACTIVE_SUFFIX, SegmentMeta, segment_name, truncate_file
+from ..segment import ACTIVE_SUFFIX, SegmentMeta, SegmentStats, segment_name, truncate_file
+from ..segment_roll import idle_roll_due, should_roll
 from . import loader, reads, swap
 from .deleted_files import DeletedFiles
 from .directory import directory_stamp, fsync_dir, listing_stamp, segments_changed
