@@ -47,8 +47,8 @@ from .errors import (
     UnsupportedCompressionTypeError,
 )
 from .partition_view import PartitionInfo, SegmentInfo
-from .record import Record, RecordMetadata
-from .store import AppendResult, Store, open_store
+from .record import AppendResult, Record, RecordMetadata
+from .store import Store, open_store
 
 __version__ = "0.1.0"
 

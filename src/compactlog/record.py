@@ -95,6 +95,17 @@ class Record:
         return self.value is None
 
 
+@dataclass(frozen=True)
+class AppendResult:
+    """What a bulk append acknowledged: offsets ``[base_offset, last_offset]``."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    record_count: int
+
+
 class RecordMetadata(NamedTuple):
     """What the log acknowledged for a sent record, as Kafka's RecordMetadata."""
 

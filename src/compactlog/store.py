@@ -22,7 +22,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -47,6 +46,7 @@ from .record import (
     CONTROL_COMMIT,
     CONTROL_NONE,
     READ_COLUMNS,
+    AppendResult,
     Record,
     check_rows,
     read_columns,
@@ -79,17 +79,6 @@ CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    """What a bulk append acknowledged: offsets ``[base_offset, last_offset]``."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int
-    record_count: int
 
 
 class Store:

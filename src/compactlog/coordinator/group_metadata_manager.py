@@ -26,13 +26,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from ..errors import InvalidTxnStateError, TopicExistsError
 from ..limits import INT_MAX
-from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, NO_PRODUCER_ID
+from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, NO_PRODUCER_ID, AppendResult
 from ..topic_metadata import GROUP_METADATA_TOPIC_NAME
 from .committed_offsets import CommittedOffsets, LoadedGroup, TopicPartition
 from .offset_expiry import expired_offsets
@@ -47,11 +47,33 @@ from .offset_records import (
 )
 
 if TYPE_CHECKING:
+    from ..log import Log
     from ..server_config import ServerConfig
-    from ..store import Store
 
 __all__ = ["OFFSETS_TOPIC", "GroupMetadataManager", "GroupSnapshot", "LoadedGroup", "MemberSnapshot",
-           "OffsetAndMetadata", "TopicPartition", "java_string_hash", "partition_for", "replay_partition"]
+           "OffsetAndMetadata", "OffsetsStore", "TopicPartition", "java_string_hash", "partition_for",
+           "replay_partition"]
+
+
+class OffsetsStore(Protocol):
+    """What the group metadata manager uses of its store (:class:`compactlog.store.Store` is one): the
+    coordinator depends on this, never on the store, so that the store's layer stays above it."""
+
+    clock: Callable[[], int]
+
+    def log(self, topic: str, partition: int) -> Log: ...
+
+    def partitions(self, topic: str) -> int: ...
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
+                     validate_only: bool = False) -> None: ...
+
+    def append(self, topic: str, partition: int, table: pa.Table | pa.RecordBatch, *,
+               producer_id: int | None = None, producer_epoch: int = 0, base_sequence: int = 0,
+               transactional: bool = False, flush: bool = True) -> AppendResult: ...
+
+    def log_end_offset(self, topic: str, partition: int) -> int: ...
+
 
 OFFSETS_TOPIC = GROUP_METADATA_TOPIC_NAME  # an internal topic: clients may neither produce to it nor delete it
 _log = logging.getLogger("compactlog")
@@ -76,7 +98,7 @@ def partition_for(group_id: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
-def replay_partition(store: Store, partition: int, state: CommittedOffsets,
+def replay_partition(store: OffsetsStore, partition: int, state: CommittedOffsets,
                      sequences: dict[tuple[int, int], tuple[int, int]] | None = None) -> None:
     """Feed ``state`` every record of one ``__consumer_offsets`` partition, markers included, in offset order;
     also note in ``sequences`` each producer's ``(epoch, next sequence)`` there, keyed by (producer id,
@@ -105,7 +127,7 @@ def _note_sequence(sequences: dict[tuple[int, int], tuple[int, int]], key: tuple
 class GroupMetadataManager:
     """Groups' metadata and committed offsets, durable in ``__consumer_offsets`` (see the module docstring)."""
 
-    def __init__(self, store: Store, config: ServerConfig) -> None:
+    def __init__(self, store: OffsetsStore, config: ServerConfig) -> None:
         self.store = store
         self.config = config
         self._lock = threading.RLock()

@@ -97,8 +97,9 @@ from pyspark.sql.types import (
 )
 
 from ..errors import ConfigError, OffsetOutOfRangeError
+from ..record import AppendResult
 from ..segment import SegmentMeta
-from ..store import AppendResult, Store
+from ..store import Store
 from . import tasks
 from .options import (
     EARLIEST,

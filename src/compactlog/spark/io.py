@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from .. import errors
 from ..errors import CompactLogError, ConfigError, ExecutorError, InvalidRecordError
-from ..store import AppendResult
+from ..record import AppendResult
 from . import tasks
 from .datasource import NAME, register
 from .job_failure import describe, worker_python

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 
 from ..errors import ExecutorError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..partitioner import StickyPartitioner, partitions_for_keys
-from ..record import READ_COLUMNS
-from ..store import TOPICS_DIR, AppendResult, Store, open_store
+from ..record import READ_COLUMNS, AppendResult
+from ..store import TOPICS_DIR, Store, open_store
 
 __all__ = [
     "OUTPUT_SCHEMA",
