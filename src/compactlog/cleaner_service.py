@@ -19,10 +19,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .cleaner.executor import RoundResult
+from .cleaner.executor import RoundResult, cleaner_executor
 from .cleaner.swap import discard
 from .errors import CleaningAbortedError, CompactLogError
-from .executors import cleaner_executor
 from .maintenance import backoff_after_pass_ms, pass_summary, run_pass
 
 if TYPE_CHECKING:

@@ -458,7 +458,7 @@ class Store:
         ("compact now") is :func:`compactlog.maintenance.run_pass` with ``force=True``: it first rolls the
         non-empty active segment of every compacted partition, then runs this pass."""
         from .cleaner.cleaner import clean
-        from .executors import cleaner_executor
+        from .cleaner.executor import cleaner_executor
 
         self.check_writable("clean")
         self.abort_expired_transactions()  # maintenance: no open transaction outlives its timeout

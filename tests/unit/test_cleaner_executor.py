@@ -16,9 +16,8 @@ import pytest
 
 import compactlog
 from compactlog.cleaner import executor as executor_module
-from compactlog.cleaner.executor import InProcessExecutor, OnDemandExecutor, RoundResult
+from compactlog.cleaner.executor import InProcessExecutor, OnDemandExecutor, RoundResult, cleaner_executor
 from compactlog.cleaner.kernel import CleanTask
-from compactlog.executors import cleaner_executor
 from support import FakeClock
 
 CLEANER_PACKAGE = Path(compactlog.__file__).parent / "cleaner"
@@ -147,3 +146,16 @@ def test_rounds_side_by_side_come_back_in_the_order_given(monkeypatch: pytest.Mo
     monkeypatch.setattr(executor_module, "run_in_process", run)
     outcomes = list(InProcessExecutor(2).run_rounds(["first", "second"]))  # type: ignore[list-item]
     assert [o.mapped for o in outcomes if isinstance(o, RoundResult)] == ["map of first", "map of second"]
+
+
+def test_the_engine_executor_is_named_by_a_class_that_exists() -> None:
+    """A SparkSession becomes the executor ENGINE_EXECUTOR names: the name resolves to Spark's executor class
+    (a typo or a move would make every Spark clean fail at its first pass)."""
+    import importlib
+
+    from compactlog.cleaner.executor import ENGINE_EXECUTOR
+
+    module, _, name = ENGINE_EXECUTOR.partition(":")
+    from compactlog.spark.executor import SparkExecutor
+
+    assert getattr(importlib.import_module(module), name) is SparkExecutor

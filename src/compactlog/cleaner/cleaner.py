@@ -17,7 +17,7 @@ A pass (:func:`clean`):
    ``retention.bytes`` when the policy is ``compact,delete``), as Kafka's cleaner thread does.
 
 The executor is a :class:`~.executor.CleanerExecutor` (None: in process); ``Store.clean`` makes one of
-what its caller gives (:mod:`compactlog.executors`), and an :class:`~.executor.OnDemandExecutor` starts
+what its caller gives (:func:`.executor.cleaner_executor`), and an :class:`~.executor.OnDemandExecutor` starts
 its engine only when step 3 has a round to run.
 
 With ``log.cleaner.enable=false`` (``server.properties``) a pass does none of this: it reports every

@@ -8,8 +8,10 @@ pass holds every partition's ``.cleaner.lock`` throughout).
 * :class:`InProcessExecutor`: the rounds in this process, ``log.cleaner.threads`` at a time (Kafka's
   cleaner threads), each with :func:`run_in_process`;
 * :class:`OnDemandExecutor`: an executor started only when a pass has a round to run;
-* Spark's executor is ``compactlog.spark.executor.SparkExecutor``; ``Store.clean(executor=...)`` chooses
-  among them (:mod:`compactlog.executors`), so the cleaner never names an engine.
+* Spark's executor is ``compactlog.spark.executor.SparkExecutor``, which :func:`cleaner_executor` loads by
+  its name (:data:`ENGINE_EXECUTOR`) when it is given a SparkSession, as Kafka loads a plugin by its class
+  name: ``cleaner/`` never imports an engine, and ``import compactlog`` or an in-process pass never loads
+  ``compactlog.spark`` (nor PySpark).
 
 :func:`run_in_process` is one round in the calling process (the single pass, else Kafka's two); a Spark
 task runs the very same function.
@@ -17,6 +19,7 @@ task runs the very same function.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -146,7 +149,7 @@ class OnDemandExecutor:
     to clean never pays for the start (a Spark session takes seconds). ``start`` returns a
     :class:`CleanerExecutor`; given to ``Store.clean``, it may return anything the store accepts as its
     executor (a SparkSession, say), which the store then resolves as it resolves its own argument
-    (:func:`compactlog.executors.cleaner_executor`)."""
+    (:func:`cleaner_executor`)."""
 
     start: Callable[[], Any]
 
@@ -155,3 +158,26 @@ class OnDemandExecutor:
             return iter(())
         executor: CleanerExecutor = self.start()
         return executor.run_rounds(tasks)
+
+
+# The executor of what a user passes that is neither None nor an executor (a SparkSession), by its
+# "module:class" name: loaded only then, so that no module of the cleaner imports an engine.
+ENGINE_EXECUTOR = "compactlog.spark.executor:SparkExecutor"
+
+
+def cleaner_executor(executor: Any, threads: int) -> CleanerExecutor:
+    """What ``Store.clean(executor=...)`` and the cleaner service were given, made into an executor: None is
+    the in-process executor (``threads``: ``log.cleaner.threads`` rounds at a time); an
+    :class:`OnDemandExecutor` stays one, what its ``start()`` returns resolved in turn; an object with a
+    ``run_rounds`` method is an executor already; anything else goes to :data:`ENGINE_EXECUTOR` (Spark's,
+    which checks that it was given a SparkSession)."""
+    if executor is None:
+        return InProcessExecutor(threads)
+    if isinstance(executor, OnDemandExecutor):
+        start = executor.start
+        return OnDemandExecutor(lambda: cleaner_executor(start(), threads))
+    if callable(getattr(executor, "run_rounds", None)):
+        return executor
+    module, _, name = ENGINE_EXECUTOR.partition(":")
+    engine: Callable[[Any], CleanerExecutor] = getattr(importlib.import_module(module), name)
+    return engine(executor)
