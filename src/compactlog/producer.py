@@ -32,7 +32,15 @@ from .errors import (
 )
 from .limits import INT_MAX
 from .partitioner import StickyPartitioner, partitions_for_keys
-from .record import HEADER_TYPE, RECORD_OVERHEAD_BYTES, Headers, RecordMetadata, data_rows, timestamp_problem
+from .record import (
+    HEADER_TYPE,
+    RECORD_OVERHEAD_BYTES,
+    Headers,
+    RecordMetadata,
+    check_keyed,
+    data_rows,
+    timestamp_problem,
+)
 
 if TYPE_CHECKING:
     from .config import TopicConfig
@@ -206,8 +214,7 @@ class Producer:
             buffer = self._buffers.get(topic)
             if buffer is None:
                 buffer = self._new_accumulator(topic)
-            if key is None and buffer.compact:
-                raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
+            check_keyed(buffer.compact, key is None, repr(topic))
             if size > buffer.max_message_bytes:
                 raise RecordTooLargeError(
                     f"a record of {size} bytes is larger than max.message.bytes={buffer.max_message_bytes} "

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import binary_lengths, binary_span, from_numpy, repeat, single_array, to_numpy
+from .errors import InvalidRecordError
 from .limits import INT_MAX, LONG_MAX
 
 NO_PRODUCER_ID = -1
@@ -151,7 +152,6 @@ def _as_binary(column: pa.ChunkedArray | pa.Array, name: str) -> pa.ChunkedArray
     if (column.type in _BINARY_TYPES or pa.types.is_fixed_size_binary(column.type)
             or pa.types.is_null(column.type)):
         return column.cast(pa.binary())
-    from .errors import InvalidRecordError
 
     raise InvalidRecordError(f"column {name!r} must be binary (bytes) or string, not {column.type}")
 
@@ -173,7 +173,6 @@ def check_timestamp_extremes(smallest: int | None, largest: int | None) -> None:
     for extreme in (smallest, largest):
         problem = None if extreme is None else timestamp_problem(extreme)
         if problem is not None:
-            from .errors import InvalidRecordError
 
             raise InvalidRecordError(f"column 'timestamp': {problem}")
 
@@ -181,7 +180,6 @@ def check_timestamp_extremes(smallest: int | None, largest: int | None) -> None:
 def to_rows(data: pa.Table | pa.RecordBatch, now_ms: int) -> pa.Table:
     """Turn a user's table (``key``, ``value``, optional ``timestamp`` and ``headers``) into rows in
     :data:`SCHEMA`. Offsets are placeholders (the log assigns them); producer fields say "none"."""
-    from .errors import InvalidRecordError
 
     if isinstance(data, pa.Table):
         table = data
@@ -384,15 +382,22 @@ def read_columns(columns: Sequence[str] | None) -> list[str]:
     return list(columns)
 
 
+def check_keyed(compacted: bool, keyless: int | bool, where: str) -> None:
+    """Kafka's rule for a compacted topic (``LogValidator``): every data record has a key. ``keyless``: how
+    many data records have none (or whether any does); ``where``: the topic or partition, as the message
+    names it. The one place this rule is written: the producer, a bulk append, a produced batch and a Spark
+    write all call it."""
+    if compacted and keyless:
+        raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")
+
+
 def check_rows(rows: pa.Table, *, compacted: bool, max_message_bytes: int, topic: str) -> None:
     """Kafka's append-time validation: keys on compacted topics, ``max.message.bytes``."""
-    from .errors import InvalidRecordError
 
     keys = rows.column("key")
     if compacted and keys.null_count:  # a null key is allowed on a control row only
         data = pa.compute.equal(rows.column("control_type"), CONTROL_NONE)
-        if pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py():
-            raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
+        check_keyed(compacted, pa.compute.any(pa.compute.and_(pa.compute.is_null(keys), data)).as_py(), repr(topic))
     if rows.num_rows == 0:
         return
     values = rows.column("value")

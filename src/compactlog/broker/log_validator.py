@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ..errors import InvalidRecordError, RecordTooLargeError
 from ..protocol.record_batch import MAGIC, TRANSACTIONAL_BIT, ProducedBatch
+from ..record import check_keyed
 
 __all__ = ["check_batches", "check_records", "has_transactional_records"]
 
@@ -64,5 +65,4 @@ def check_batches(batches: list[ProducedBatch], *, compacted: bool, max_message_
         if batch.producer_id >= 0 and batch.base_sequence < 0:
             raise InvalidRecordError(f"{where}: sequence {batch.base_sequence} in a batch of producer id "
                                      f"{batch.producer_id}")
-        if compacted and batch.columns.key.null_count:
-            raise InvalidRecordError(f"compacted topic {where} cannot accept a record without a key")
+        check_keyed(compacted, batch.columns.key.null_count, where)

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from ..errors import ExecutorError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from ..partitioner import StickyPartitioner, partitions_for_keys
-from ..record import READ_COLUMNS, AppendResult
+from ..record import READ_COLUMNS, AppendResult, check_keyed
 from ..store import TOPICS_DIR, Store, open_store
 
 __all__ = [
@@ -154,8 +154,7 @@ def _assign_partitions(rows: pa.Table, topic: str, num_partitions: int, compacte
     keys = rows.column("key")
     if not keys.null_count:
         return partitions_for_keys(keys, num_partitions)
-    if compacted:
-        raise InvalidRecordError(f"compacted topic {topic!r} cannot accept a record without a key")
+    check_keyed(compacted, keys.null_count, repr(topic))
     keyed = pc.is_valid(keys).to_numpy(zero_copy_only=False)
     partitions = np.empty(rows.num_rows, dtype=np.int32)
     if keyed.any():
