@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..columns import from_numpy, is_null, to_numpy
+from ..limits import INT_MAX
 from ._key_table import KeyTable
 
 # Per entry beyond its key: the record's offset and key length (12 bytes), its alignment to 8 bytes (0-7),
@@ -104,7 +105,7 @@ class OffsetMap:
             starts, data, offsets = self._table.export()
             keys = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(self),
                                                    [None, pa.py_buffer(starts), pa.py_buffer(data)])
-            if len(data) < 2**31:
+            if len(data) <= INT_MAX:
                 keys = keys.cast(pa.binary())
             self._exported = keys, np.frombuffer(offsets, dtype=np.int64)
         return self._exported

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..columns import from_numpy, is_null, to_numpy
+from ..limits import LONG_MAX
 from ..producer_state import AbortedTxn, aborted_mask
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_EMPTY_BATCH, CONTROL_NONE, NO_DELETE_HORIZON
 from ..sealed_segment import SegmentWriter
@@ -268,6 +269,6 @@ def stamp_tombstones(table: pa.Table, now_ms: int, delete_retention_ms: int,
     count = int(np.count_nonzero(unstamped))
     if not count:
         return table, 0
-    stamp = min(now_ms + delete_retention_ms, 2**63 - 1)
+    stamp = min(now_ms + delete_retention_ms, LONG_MAX)
     index = table.schema.get_field_index("delete_horizon_ms")
     return table.set_column(index, table.schema.field(index), from_numpy(np.where(unstamped, stamp, horizon))), count

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from ..errors import InvalidTxnStateError, TopicExistsError
-from ..limits import INT_MAX
+from ..limits import INT_MAX, INT_MIN
 from ..record import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_NONE, NO_PRODUCER_ID, AppendResult
 from ..topic_metadata import GROUP_METADATA_TOPIC_NAME
 from .committed_offsets import CommittedOffsets, LoadedGroup, TopicPartition
@@ -95,7 +95,7 @@ def java_string_hash(text: str) -> int:
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (``Utils.abs`` maps Integer.MIN_VALUE to 0)."""
     h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    return (0 if h == INT_MIN else abs(h)) % partitions
 
 
 def replay_partition(store: OffsetsStore, partition: int, state: CommittedOffsets,

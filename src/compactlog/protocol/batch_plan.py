@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-MAX_OFFSET_SPAN = 1 << 31
+from ..limits import INT_MAX
+
+MAX_OFFSET_SPAN = INT_MAX + 1
 
 
 def batch_starts(offsets: np.ndarray, producer_id: np.ndarray, producer_epoch: np.ndarray,

@@ -63,6 +63,7 @@ import lz4.frame
 import zstandard
 
 from ..errors import CorruptRecordError, RecordTooLargeError, UnsupportedCompressionTypeError
+from ..limits import LONG_MAX
 
 NONE = 0
 GZIP = 1
@@ -80,7 +81,7 @@ ZSTD_INPUT_STEP = 1024
 LZ4_FIRST_STEP = 64 * 1024
 GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip header and trailer around the deflate stream
 GZIP_TRAILER = struct.Struct("<II")  # a gzip member's last 8 bytes: CRC-32 and length mod 2^32 of its data
-UNLIMITED = (1 << 63) - 1
+UNLIMITED = LONG_MAX
 
 
 # Each thread's zstd contexts (see _zstd_compressor).

@@ -46,6 +46,7 @@ import pyarrow.compute as pc
 
 from ..columns import binary_lengths
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ..limits import INT_MAX
 from ..record import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -94,7 +95,7 @@ DEFAULT_BATCH_BYTES = 1 << 20
 # it bounds the memory one produced batch can take at about 32 max.message.bytes instead of whatever a
 # decompression bomb claims. Never more than a binary column holds (2 GiB).
 DECOMPRESSION_RATIO_LIMIT = 32
-MAX_RECORDS_BYTES = (1 << 31) - 1
+MAX_RECORDS_BYTES = INT_MAX
 
 RECORDS_SCHEMA = pa.schema([
     pa.field("offset_delta", pa.int32(), nullable=False),
