@@ -11,8 +11,9 @@ Rules, as Kafka's:
 * only the APIs and versions of :data:`APIS` are advertised by ApiVersions and answered;
 * an ApiVersions request of a version above ours gets a v0 response with ``UNSUPPORTED_VERSION`` and our
   list, so the client can pick a version we speak (librdkafka sends v3 or v4 first);
-* any other unknown API key or version, a frame too short for a header, or a body that cannot be
-  decoded is :class:`~compactlog.errors.MalformedRequestError`: the socket server closes the connection;
+* any other unknown API key or version, a frame too short for a header, or a request that cannot be
+  decoded (:func:`~.messages.decode_request`: a field cut short, a null where none is allowed) is
+  :class:`~compactlog.errors.MalformedRequestError`: the socket server closes the connection;
 * a handler answers errors as error codes in the response (:mod:`.error_codes`), never as exceptions.
 
 Handlers are ``async (context, request, version, listener name) -> dict of response fields | None``
@@ -93,7 +94,7 @@ from ..network.socket_server import PendingResponse
 from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
-from .messages import build, decode_request, null_field
+from .messages import build, decode_request
 
 __all__ = ["APIS", "Api", "KafkaApis"]
 
@@ -182,14 +183,7 @@ class KafkaApis:
         if not api.min_version <= version <= api.max_version:
             raise MalformedRequestError(f"{api.request.name} v{version} is not supported; allowed: "
                                         f"v{api.min_version}..v{api.max_version}")
-        try:
-            request = decode_request(api.request, frame, version)
-        except Exception as e:  # the decoder raises whatever a bad byte leads it to (struct.error, ...)
-            raise MalformedRequestError(f"{api.request.name} v{version} cannot be decoded: "
-                                        f"{type(e).__name__}: {e}") from e
-        null = null_field(request, version)
-        if null is not None:
-            raise MalformedRequestError(f"{api.request.name} v{version}: non-nullable field {null} is null")
+        request = decode_request(api.request, frame, version)
         fields = await api.handler(self.context, request, version, listener)
         if fields is None:
             return None
