@@ -94,7 +94,7 @@ from ..network.socket_server import PendingResponse
 from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
-from .messages import build, decode_request
+from .messages import build, decode_request, encode_response
 
 __all__ = ["APIS", "Api", "KafkaApis"]
 
@@ -115,6 +115,9 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+    # The bytes of the records a response's fields carry, for a response that may be large (a Fetch's):
+    # :func:`~.messages.encode_response` encodes a large one in a buffer of its own.
+    records_bytes: Callable[[Fields], int] | None = None
 
 
 async def _api_versions(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
@@ -134,7 +137,7 @@ def _api_keys() -> list[dict[str, int]]:
 # EndTxn and TxnOffsetCommit 3 (4 adds TRANSACTION_ABORTABLE, 5 Kafka's transactions v2).
 APIS: dict[int, Api] = {api.key: api for api in (
     Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
-    Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
+    Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch, fetch.records_bytes),
     Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 7, fetch.handle_list_offsets),
     Api(3, MetadataRequest, MetadataResponse, 0, 9, metadata.handle_metadata),
     Api(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, group_apis.handle_offset_commit),
@@ -193,7 +196,8 @@ class KafkaApis:
             fields.add_done_callback(lambda done: _encode_when_ready(done, pending, api.response, version,
                                                                      correlation_id))
             return PendingResponse(pending)
-        return _encode(api.response, version, correlation_id, fields)
+        return _encode(api.response, version, correlation_id, fields,
+                       0 if api.records_bytes is None else api.records_bytes(fields))
 
 
 def _encode_when_ready(fields: asyncio.Future[Fields], frame: asyncio.Future[bytes | bytearray | None],
@@ -211,7 +215,8 @@ def _encode_when_ready(fields: asyncio.Future[Fields], frame: asyncio.Future[byt
         frame.set_exception(e)
 
 
-def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytearray:
+def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any], records_bytes: int = 0,
+            ) -> bytearray:
     message = build(response, version, fields)
     message.with_header(correlation_id=correlation_id)
-    return message.encode(header=True, framed=True)  # a bytearray of its own: sent as is, not copied again
+    return encode_response(message, records_bytes)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from ..network.socket_server import SocketServer
+from ..network.socket_server import ConnectionLimits, SocketServer
 from ..server_config import Listener, load_server_config
 from ..store import Store, open_store
 from . import txn_apis
@@ -62,7 +62,7 @@ class KafkaListener:
         self.store = self._given if self._given is not None else open_store(self.data_dir)
         self.context = context = BrokerContext(self.store, config)  # creates __consumer_offsets if missing
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(context).handle,
-                                   on_bound=context.set_bound)
+                                   on_bound=context.set_bound, limits=ConnectionLimits.of(config))
         txn_apis.attach(context)
         self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the

@@ -11,6 +11,9 @@ written by hand here. (Record batches, the ``records`` field's bytes, have a cod
 :class:`~compactlog.errors.MalformedRequestError`, as Kafka's readers throw on a buffer underflow, and so
 is a null that the request may not hold (:func:`null_field`).
 
+:func:`encode_response` encodes a response frame; a large one (a Fetch response's records) in a buffer of its
+own, sized once and sent as it is.
+
 :func:`build` makes a message (or a nested struct) of a version from plain values: nested structs from
 dicts, arrays of structs from lists of dicts; fields left out take the schema's defaults, fields that
 ``version`` does not have are dropped.
@@ -19,13 +22,16 @@ dicts, arrays of structs from lists of dicts; fields left out take the schema's 
 from __future__ import annotations
 
 import io
+import struct
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kafka.protocol.schemas.fields.codecs import EncodeBuffer
+
 from ..errors import MalformedRequestError
 
-__all__ = ["build", "decode_request", "null_field"]
+__all__ = ["LARGE_RESPONSE_BYTES", "build", "decode_request", "encode_response", "null_field"]
 
 _ARRAY, _STRUCT = 1, 2  # a field holding an array of structs, a struct
 # A compiled decoder: (buffer, position) -> (the message or struct, the position after it).
@@ -112,6 +118,34 @@ def _strict(decoder: _Decoder, tagged: bool) -> _Decoder:
         raise TypeError(f"kafka-python's decoder {decoder!r} no longer reads tagged fields through _BytesIO")
     return types.FunctionType(decoder.__code__, {**decoder.__globals__, "_BytesIO": _ExactReader}, decoder.__name__,
                               decoder.__defaults__, decoder.__closure__)
+
+
+# A response expected to be larger than this (its records' bytes) is encoded in a buffer of its own.
+LARGE_RESPONSE_BYTES = 1 << 20
+_FRAME_OVERHEAD_BYTES = 64 << 10  # room for a large response's fields besides its records
+_SIZE = struct.Struct(">i")
+
+
+def encode_response(message: Any, size_hint: int = 0) -> bytearray:
+    """``message`` (with its header) as a frame: its size, then its bytes.
+
+    kafka-python encodes into a per-thread buffer that it keeps between messages, and copies the frame out
+    of it: after one large Fetch response it would hold twice that response's size for the life of the
+    process. A message whose ``size_hint`` (the bytes of the records it carries) is above
+    :data:`LARGE_RESPONSE_BYTES` is therefore encoded into a buffer of its own, sized for it, which becomes
+    the frame (trimmed in place, not copied)."""
+    if size_hint <= LARGE_RESPONSE_BYTES:
+        return message.encode(header=True, framed=True)  # a bytearray of its own: sent as is, not copied again
+    version = message.API_VERSION
+    flexible = message.flexible_version_q(version)
+    out = EncodeBuffer(size_hint + _FRAME_OVERHEAD_BYTES)
+    out.pos = _SIZE.size
+    message.encode_header_into(out, flexible=flexible)
+    message._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)(message, out)
+    frame: bytearray = out.buf
+    _SIZE.pack_into(frame, 0, out.pos - _SIZE.size)
+    del frame[out.pos:]
+    return frame
 
 
 def build(container: Any, version: int, values: Mapping[str, Any]) -> Any:
