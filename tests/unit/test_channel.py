@@ -7,6 +7,7 @@ are closed (clock injected), ``max.connections`` holds new connections back unti
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import struct
 import threading
@@ -258,3 +259,84 @@ def test_past_max_connections_per_ip_a_new_connection_is_closed_and_a_close_free
             conn.close()
     finally:
         server.shutdown()
+
+
+class _Transport(asyncio.Transport):
+    """What a channel needs of a transport, in memory: records what it is told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.reading = True
+        self.aborted = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def write(self, data: Any) -> None:
+        self.written.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def close(self) -> None:
+        self.aborted = True
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(seed: int) -> None:
+    """Frames from empty to larger than the scratch buffer (and those at its edge), in reads of random sizes
+    (one byte to a few times the largest frame), are each handled once, whole and in order."""
+    from compactlog.network.channel import _SCRATCH_BYTES, KafkaChannel
+    rng = random.Random(seed)
+    edges = [0, 1, _SCRATCH_BYTES - 5, _SCRATCH_BYTES - 4, _SCRATCH_BYTES - 3, 3 * _SCRATCH_BYTES]
+    payloads = [rng.randbytes(size) for size in edges + [rng.choice([rng.randrange(100), rng.randrange(
+        2 * _SCRATCH_BYTES)]) for _ in range(40)]]
+    rng.shuffle(payloads)
+    stream = b"".join(_frame(p) for p in payloads)
+    handled: list[bytes] = []
+
+    async def handler(frame: bytes | bytearray, listener: str) -> bytes:
+        handled.append(bytes(frame))
+        return _frame(b"ok")
+
+    async def scenario() -> _Transport:
+        channel = KafkaChannel(handler, "PLAINTEXT", "127.0.0.1", 8 * _SCRATCH_BYTES, lambda c: None, lambda c: None)
+        transport = _Transport()
+        channel.connection_made(transport)
+        at = 0
+        while at < len(stream) and not transport.aborted:
+            for _ in range(1000):
+                if transport.reading:
+                    break
+                await asyncio.sleep(0)  # the channel's task takes frames, and reading resumes
+            buffer = channel.get_buffer(-1)
+            assert len(buffer) > 0  # as asyncio's transports require
+            n = min(len(buffer), len(stream) - at, rng.choice([1, 3, 4, 100, 70_000, 1 << 20]))
+            buffer[:n] = stream[at:at + n]
+            channel.buffer_updated(n)
+            at += n
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        for _ in range(1000):
+            if len(handled) == len(payloads) or transport.aborted:
+                break
+            await asyncio.sleep(0)
+        channel.abort()
+        return transport
+
+    transport = asyncio.run(scenario())
+    assert handled == payloads
+    assert transport.written == [_frame(b"ok")] * len(payloads)

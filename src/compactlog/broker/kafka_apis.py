@@ -20,7 +20,7 @@ Handlers are ``async (context, request, version, listener name) -> dict of respo
 (None: no response, a Produce with ``acks=0``), or a future of the fields when the request has taken
 effect but its response must wait (a Produce for its fsync): the socket server then handles the
 connection's next requests meanwhile and sends the responses in order
-(:class:`~compactlog.network.socket_server.PendingResponse`). Their blocking store calls run in the
+(:class:`~compactlog.network.request_channel.PendingResponse`). Their blocking store calls run in the
 context's thread pool (:mod:`.context`).
 """
 
@@ -90,7 +90,7 @@ from kafka.protocol.producer.transaction import (
 )
 
 from ..errors import MalformedRequestError
-from ..network.socket_server import PendingResponse
+from ..network.request_channel import PendingResponse
 from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
@@ -168,12 +168,12 @@ API_VERSIONS_KEY = 18
 
 
 class KafkaApis:
-    """The request handler of the socket server (:data:`compactlog.network.socket_server.RequestHandler`)."""
+    """The request handler of the socket server (:data:`compactlog.network.request_channel.RequestHandler`)."""
 
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
 
-    async def handle(self, frame: bytes, listener: str) -> bytearray | PendingResponse | None:
+    async def handle(self, frame: bytes | bytearray, listener: str) -> bytearray | PendingResponse | None:
         if len(frame) < _HEADER.size + 2:  # + the client id's length
             raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than a request header")
         api_key, version, correlation_id = _HEADER.unpack_from(frame)

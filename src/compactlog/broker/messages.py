@@ -38,7 +38,7 @@ _ARRAY, _STRUCT = 1, 2  # a field holding an array of structs, a struct
 _Decoder = Callable[[memoryview, int], tuple[Any, int]]
 
 
-def decode_request(request: Any, frame: bytes, version: int) -> Any:
+def decode_request(request: Any, frame: bytes | bytearray, version: int) -> Any:
     """The message of class ``request`` at ``version`` decoded from ``frame`` (its request header, then its
     body), with its header (``.header``: the correlation id and client id). A frame that is not such a
     request is :class:`~compactlog.errors.MalformedRequestError`: a field cut short (below), bytes the

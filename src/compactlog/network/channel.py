@@ -4,7 +4,8 @@ reading (muting) and when it closes.
 
 Frames. A request and a response are each a frame: a big-endian int32 size, then that many bytes. A size
 larger than ``socket.request.max.bytes``, or negative, closes the connection as soon as its four bytes
-arrive.
+arrive. Frames are read into a scratch buffer of the connection and copied out whole; a frame larger than it
+is read straight into a buffer of its own (no copy).
 
 Requests in order. The connection's task takes one frame at a time, hands it to the request handler with the
 name of the listener it arrived on, and takes the next once the handler returns: the requests of one
@@ -19,14 +20,14 @@ Muting (Kafka mutes a channel while its response is in flight). The next request
 fewer than :data:`MAX_PENDING_RESPONSES` requests wait for their responses and the responses not yet sent (in
 the transport's buffer, and ready ones queued behind a pending one) hold at most
 :data:`RESPONSE_BUFFER_BYTES`. A client that does not read its responses therefore gets no further request
-handled, and a connection holds at most: its read buffer (:data:`READ_BUFFER_BYTES` of frames read ahead, or
-one frame of up to ``socket.request.max.bytes`` being read), :data:`RESPONSE_BUFFER_BYTES` of unsent
-responses plus the one that crossed it (a Fetch response is at most ``fetch.max.bytes``, or one record batch
-larger), and its pending Produce responses.
+handled, and a connection holds at most: what it has read (twice :data:`READ_BUFFER_BYTES` of frames read
+ahead, its scratch buffer, one frame of up to ``socket.request.max.bytes`` being read),
+:data:`RESPONSE_BUFFER_BYTES` of unsent responses plus the one that crossed it (a Fetch response is at most
+``fetch.max.bytes``, or one record larger), and its pending Produce responses.
 
 Reading. The connection reads from its socket while its request is being handled, so that a client's going
-away is seen at once; it stops reading (the transport pauses) while the frames read and not yet handled hold
-:data:`READ_BUFFER_BYTES`, and starts again as they are taken.
+away is seen at once; it stops reading (the transport pauses) once the frames read and not yet handled hold
+twice :data:`READ_BUFFER_BYTES`, and starts again once they hold at most that, or none is left.
 
 Closing.
 
@@ -57,19 +58,24 @@ log = logging.getLogger("compactlog.network")
 _SIZE = struct.Struct(">i")
 # Requests of one connection handled but not yet answered, at most (librdkafka sends up to 5 at a time).
 MAX_PENDING_RESPONSES = 8
-# Frames read ahead of the request being handled: reading stops while they hold this much. (A socket read
-# hands over at most 256 KiB; a smaller bound would pause and resume the socket's reading several times on
-# the way in of a 1 MB produce request.)
+# Frames read ahead of the request being handled: reading stops once they hold twice this much, and starts
+# again once they hold at most this much (as asyncio's StreamReader with this limit). Pausing at every frame
+# instead cost a third more CPU per 1 MB produce request (the socket's reading stopped and restarted each
+# time); a smaller bound would pause and resume several times on the way in of one such request.
 READ_BUFFER_BYTES = 1 << 20
 # Unsent response bytes that mute a connection: the transport's high-water mark, and the bound on responses
 # queued behind a pending one. A Fetch response larger than this is written whole, and mutes the connection
 # until most of it has gone.
 RESPONSE_BUFFER_BYTES = 1 << 20
 
+# A socket read hands over at most 256 KiB (uvloop's, asyncio's): frames up to this size are read into one
+# buffer of the connection and copied out; a larger one is read into a buffer of its own, with no copy.
+_SCRATCH_BYTES = 256 << 10
+
 _Response = bytes | bytearray | PendingResponse | None
 
 
-class KafkaChannel(asyncio.Protocol):
+class KafkaChannel(asyncio.BufferedProtocol):
     """A connection: an asyncio protocol whose task handles its requests (:meth:`serve`)."""
 
     def __init__(self, handler: RequestHandler, listener_name: str, address: str, max_request_bytes: int,
@@ -84,9 +90,13 @@ class KafkaChannel(asyncio.Protocol):
         self.peer: object = None  # as the transport names it: (host, port) for TCP
         self.closed: asyncio.Future[None] | None = None  # done once the connection has closed
         self.task: asyncio.Task[None] | None = None
-        self._buffer = bytearray()  # bytes read that are not a whole frame yet
-        self._frame_size = -1  # the size of the frame being read, once its prefix is in
-        self._frames: deque[bytes] = deque()  # whole frames read and not yet handled
+        # Bytes read land in a scratch buffer (frames up to its size, copied out whole), or, for a frame larger
+        # than it, straight in that frame's own buffer once its size is known.
+        self._scratch = memoryview(bytearray(_SCRATCH_BYTES))
+        self._start = self._end = 0  # the scratch buffer's bytes read and not yet framed
+        self._large: bytearray | None = None  # a large frame being read
+        self._large_read = 0
+        self._frames: deque[bytes | bytearray] = deque()  # whole frames read and not yet handled
         self._frames_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
@@ -105,48 +115,67 @@ class KafkaChannel(asyncio.Protocol):
         self.closed = loop.create_future()
         self.task = loop.create_task(self.serve())
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the transport reads next: the rest of a large frame's own buffer, else the scratch buffer's
+        free end (its unread frame moved to its start first, if it reaches the end)."""
+        large = self._large
+        if large is not None:
+            return memoryview(large)[self._large_read:]
+        if self._end == _SCRATCH_BYTES:
+            unread = bytes(self._scratch[self._start:self._end])
+            self._scratch[:len(unread)] = unread
+            self._start, self._end = 0, len(unread)
+        return self._scratch[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._on_active(self)
-        buffer, frames = self._buffer, self._frames
-        if not buffer and self._frame_size < 0 and len(data) >= _SIZE.size:
-            size = _SIZE.unpack_from(data)[0]
-            if len(data) == _SIZE.size + size and size <= self.max_request_bytes:  # one whole frame (size >= 0)
-                frames.append(data[_SIZE.size:])
-                self._frames_bytes += size
+        large = self._large
+        if large is not None:
+            self._large_read += nbytes
+            if self._large_read == len(large):
+                self._large = None
+                self._frames.append(large)
+                self._frames_bytes += len(large)
                 self._frame_read()
+            return
+        scratch, frames = self._scratch, self._frames
+        start, end = self._start, self._end + nbytes
+        read = False
+        while end - start >= _SIZE.size:
+            size = _SIZE.unpack_from(scratch, start)[0]
+            if not 0 <= size <= self.max_request_bytes:
+                log.warning("closing connection from %s: a frame of %d bytes; allowed: 0..%d "
+                            "(socket.request.max.bytes)", self.peer, size, self.max_request_bytes)
+                self.abort()
                 return
-        buffer += data
-        while True:
-            size = self._frame_size
-            if size < 0:
-                if len(buffer) < _SIZE.size:
-                    break
-                size = _SIZE.unpack_from(buffer)[0]
-                if not 0 <= size <= self.max_request_bytes:
-                    log.warning("closing connection from %s: a frame of %d bytes; allowed: 0..%d "
-                                "(socket.request.max.bytes)", self.peer, size, self.max_request_bytes)
-                    self.abort()
-                    return
-                self._frame_size = size
-            end = _SIZE.size + size
-            if len(buffer) < end:
+            body = start + _SIZE.size
+            if end - body >= size:  # a whole frame
+                frames.append(bytes(scratch[body:body + size]))
+                self._frames_bytes += size
+                start = body + size
+                read = True
+            elif _SIZE.size + size > _SCRATCH_BYTES:  # larger than the scratch buffer: read into its own
+                self._large = large = bytearray(size)
+                large[:end - body] = scratch[body:end]
+                self._large_read = end - body
+                start = end
                 break
-            with memoryview(buffer) as view:
-                frames.append(bytes(view[_SIZE.size:end]))
-            del buffer[:end]
-            self._frame_size = -1
-            self._frames_bytes += size
-        if frames:
+            else:
+                break
+        self._start, self._end = (0, 0) if start == end else (start, end)
+        if read:
             self._frame_read()
 
     def eof_received(self) -> bool:
-        if self._buffer:
-            if self._frame_size < 0:
-                log.warning("closing connection from %s: a size prefix cut short (%d bytes)", self.peer,
-                            len(self._buffer))
-            else:
-                log.warning("closing connection from %s: a frame of %d bytes cut short at %d", self.peer,
-                            self._frame_size, len(self._buffer) - _SIZE.size)
+        if self._large is not None:
+            log.warning("closing connection from %s: a frame of %d bytes cut short at %d", self.peer,
+                        len(self._large), self._large_read)
+        elif self._end - self._start >= _SIZE.size:
+            log.warning("closing connection from %s: a frame of %d bytes cut short at %d", self.peer,
+                        _SIZE.unpack_from(self._scratch, self._start)[0], self._end - self._start - _SIZE.size)
+        elif self._end > self._start:
+            log.warning("closing connection from %s: a size prefix cut short (%d bytes)", self.peer,
+                        self._end - self._start)
         self.abort()  # the client has gone: what it has not read yet, it will never read
         return False
 
@@ -218,7 +247,7 @@ class KafkaChannel(asyncio.Protocol):
                 else:
                     self._close()
 
-    async def _next_frame(self) -> bytes | None:
+    async def _next_frame(self) -> bytes | bytearray | None:
         """The next frame read; None once the connection has closed."""
         frames = self._frames
         while not frames:
@@ -229,14 +258,14 @@ class KafkaChannel(asyncio.Protocol):
             return None
         frame = frames.popleft()
         self._frames_bytes -= len(frame)
-        if self._reading_paused and (not frames or self._frames_bytes + len(self._buffer) < READ_BUFFER_BYTES):
+        if self._reading_paused and (not frames or self._frames_bytes <= READ_BUFFER_BYTES):
             self._reading_paused = False
             assert self.transport is not None
             self.transport.resume_reading()
         return frame
 
     def _frame_read(self) -> None:
-        if self._frames_bytes + len(self._buffer) >= READ_BUFFER_BYTES and not self._reading_paused:
+        if self._frames_bytes >= 2 * READ_BUFFER_BYTES and not self._reading_paused:
             self._reading_paused = True
             assert self.transport is not None
             self.transport.pause_reading()

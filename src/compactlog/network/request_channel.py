@@ -24,7 +24,7 @@ class PendingResponse:
 
 
 # (frame without its size prefix, listener name) -> a response frame with its size prefix, None, or pending.
-RequestHandler = Callable[[bytes, str], Awaitable["bytes | bytearray | PendingResponse | None"]]
+RequestHandler = Callable[[bytes | bytearray, str], Awaitable["bytes | bytearray | PendingResponse | None"]]
 # The host of the connection whose request is being handled, as Kafka writes a client's host ("/" + its IP):
 # read by handlers that record it (a group member's host).
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")

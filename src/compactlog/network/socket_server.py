@@ -26,8 +26,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..limits import INT_MAX
 from ..server_config import Listener, ServerConfig
 from .channel import MAX_PENDING_RESPONSES, KafkaChannel
 from .connection_quotas import ConnectionQuotas
@@ -43,6 +45,8 @@ LISTEN_BACKLOG = 100  # asyncio's default for start_server
 # After an accept fails (out of file descriptors: EMFILE), the acceptor waits this long before the next, as
 # asyncio's own accept loop does.
 ACCEPT_RETRY_DELAY_S = 1.0
+# The longest wait between two looks for idle connections (a look that finds none expired looks again later).
+IDLE_CHECK_MAX_MS = 3_600_000
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -61,17 +65,15 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+@dataclass(frozen=True)
 class ConnectionLimits:
     """``max.connections``, ``max.connections.per.ip`` (with its overrides: host name or address -> limit)
     and ``connections.max.idle.ms`` (negative: no idle expiry), Kafka's defaults."""
 
-    def __init__(self, max_connections: int = 2**31 - 1, max_connections_per_ip: int = 2**31 - 1,
-                 max_connections_per_ip_overrides: Sequence[tuple[str, int]] = (),
-                 connections_max_idle_ms: int = 600_000) -> None:
-        self.max_connections = max_connections
-        self.max_connections_per_ip = max_connections_per_ip
-        self.max_connections_per_ip_overrides = tuple(max_connections_per_ip_overrides)
-        self.connections_max_idle_ms = connections_max_idle_ms
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
+    connections_max_idle_ms: int = 600_000
 
     @classmethod
     def of(cls, config: ServerConfig) -> ConnectionLimits:
@@ -159,7 +161,10 @@ class SocketServer:
         for family, kind, proto, _, address in dict.fromkeys(infos):
             if port is not None and listener.port == 0:  # every socket of a listener on the same free port
                 address = (address[0], port, *address[2:])
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # an address family this host lacks (IPv6): skipped, as asyncio's create_server does
+                continue
             self._sockets.append((sock, listener.name))
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
@@ -168,7 +173,9 @@ class SocketServer:
             sock.listen(LISTEN_BACKLOG)
             sock.setblocking(False)
             port = sock.getsockname()[1] if port is None else port
-        bound = Listener(listener.name, listener.host, listener.port if port is None else port)
+        if port is None:
+            raise OSError(f"no address of {listener} can be listened on")
+        bound = Listener(listener.name, listener.host, port)
         log.info("listening on %s", bound)
         return bound
 
@@ -276,7 +283,7 @@ class SocketServer:
             return
         next_ms = idle.next_expiry_ms()
         delay_ms = idle.max_idle_ms + 1 if next_ms is None else max(0, next_ms - self.clock())
-        self._idle_check = self.loop.call_later(delay_ms / 1000, self._close_idle)
+        self._idle_check = self.loop.call_later(min(delay_ms, IDLE_CHECK_MAX_MS) / 1000, self._close_idle)
 
     def _close_idle(self) -> None:
         """Close the connections idle for longer than ``connections.max.idle.ms``, and look again when the
