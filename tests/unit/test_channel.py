@@ -298,45 +298,61 @@ class _Transport(asyncio.Transport):
 @pytest.mark.parametrize("seed", range(5))
 def test_frames_of_every_size_arrive_whole_however_the_bytes_are_split(seed: int) -> None:
     """Frames from empty to larger than the scratch buffer (and those at its edge), in reads of random sizes
-    (one byte to a few times the largest frame), are each handled once, whole and in order."""
-    from compactlog.network.channel import _SCRATCH_BYTES, KafkaChannel
+    (one byte to a few times the largest frame), on two connections that share the scratch buffer and read
+    in turns, are each handled once, whole and in order."""
+    from compactlog.network.channel import _SCRATCH_BYTES, KafkaChannel, scratch_buffer
     rng = random.Random(seed)
+    scratch = scratch_buffer()
     edges = [0, 1, _SCRATCH_BYTES - 5, _SCRATCH_BYTES - 4, _SCRATCH_BYTES - 3, 3 * _SCRATCH_BYTES]
-    payloads = [rng.randbytes(size) for size in edges + [rng.choice([rng.randrange(100), rng.randrange(
-        2 * _SCRATCH_BYTES)]) for _ in range(40)]]
-    rng.shuffle(payloads)
-    stream = b"".join(_frame(p) for p in payloads)
-    handled: list[bytes] = []
 
-    async def handler(frame: bytes | bytearray, listener: str) -> bytes:
-        handled.append(bytes(frame))
-        return _frame(b"ok")
+    def payloads() -> list[bytes]:
+        chosen = [rng.randbytes(size) for size in edges + [rng.choice([rng.randrange(100), rng.randrange(
+            2 * _SCRATCH_BYTES)]) for _ in range(30)]]
+        rng.shuffle(chosen)
+        return chosen
 
-    async def scenario() -> _Transport:
-        channel = KafkaChannel(handler, "PLAINTEXT", "127.0.0.1", 8 * _SCRATCH_BYTES, lambda c: None, lambda c: None)
-        transport = _Transport()
-        channel.connection_made(transport)
-        at = 0
-        while at < len(stream) and not transport.aborted:
-            for _ in range(1000):
-                if transport.reading:
+    sent = [payloads(), payloads()]
+    streams = [b"".join(_frame(p) for p in frames) for frames in sent]
+    handled: list[list[bytes]] = [[], []]
+
+    def handler(index: int) -> Any:
+        async def handle(frame: bytes | bytearray, listener: str) -> bytes:
+            handled[index].append(bytes(frame))
+            return _frame(b"ok")
+        return handle
+
+    async def scenario() -> list[_Transport]:
+        channels = [KafkaChannel(handler(i), "PLAINTEXT", "127.0.0.1", 8 * _SCRATCH_BYTES, lambda c: None,
+                                 lambda c: None, scratch) for i in range(2)]
+        transports = [_Transport(), _Transport()]
+        for channel, transport in zip(channels, transports, strict=True):
+            channel.connection_made(transport)
+        at = [0, 0]
+        for _ in range(100_000):
+            ready = [i for i in range(2) if at[i] < len(streams[i]) and transports[i].reading
+                     and not transports[i].aborted]
+            if not ready:
+                if all(at[i] == len(streams[i]) or transports[i].aborted for i in range(2)):
                     break
-                await asyncio.sleep(0)  # the channel's task takes frames, and reading resumes
-            buffer = channel.get_buffer(-1)
+                await asyncio.sleep(0)  # the channels' tasks take frames, and reading resumes
+                continue
+            i = rng.choice(ready)
+            buffer = channels[i].get_buffer(-1)
             assert len(buffer) > 0  # as asyncio's transports require
-            n = min(len(buffer), len(stream) - at, rng.choice([1, 3, 4, 100, 70_000, 1 << 20]))
-            buffer[:n] = stream[at:at + n]
-            channel.buffer_updated(n)
-            at += n
+            n = min(len(buffer), len(streams[i]) - at[i], rng.choice([1, 3, 4, 100, 70_000, 1 << 20]))
+            buffer[:n] = streams[i][at[i]:at[i] + n]
+            channels[i].buffer_updated(n)
+            at[i] += n
             if rng.random() < 0.3:
                 await asyncio.sleep(0)
         for _ in range(1000):
-            if len(handled) == len(payloads) or transport.aborted:
+            if all(len(handled[i]) == len(sent[i]) or transports[i].aborted for i in range(2)):
                 break
             await asyncio.sleep(0)
-        channel.abort()
-        return transport
+        for channel in channels:
+            channel.abort()
+        return transports
 
-    transport = asyncio.run(scenario())
-    assert handled == payloads
-    assert transport.written == [_frame(b"ok")] * len(payloads)
+    transports = asyncio.run(scenario())
+    assert handled == sent
+    assert [t.written for t in transports] == [[_frame(b"ok")] * len(frames) for frames in sent]

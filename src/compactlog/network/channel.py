@@ -4,8 +4,9 @@ reading (muting) and when it closes.
 
 Frames. A request and a response are each a frame: a big-endian int32 size, then that many bytes. A size
 larger than ``socket.request.max.bytes``, or negative, closes the connection as soon as its four bytes
-arrive. Frames are read into a scratch buffer of the connection and copied out whole; a frame larger than it
-is read straight into a buffer of its own (no copy).
+arrive. Frames are read into a scratch buffer (one for the connections of an event loop) and copied out
+whole; a frame larger than it is read straight into a buffer of its own (no copy). An idle connection holds
+no buffer.
 
 Requests in order. The connection's task takes one frame at a time, hands it to the request handler with the
 name of the listener it arrived on, and takes the next once the handler returns: the requests of one
@@ -21,7 +22,7 @@ fewer than :data:`MAX_PENDING_RESPONSES` requests wait for their responses and t
 the transport's buffer, and ready ones queued behind a pending one) hold at most
 :data:`RESPONSE_BUFFER_BYTES`. A client that does not read its responses therefore gets no further request
 handled, and a connection holds at most: what it has read (twice :data:`READ_BUFFER_BYTES` of frames read
-ahead, its scratch buffer, one frame of up to ``socket.request.max.bytes`` being read),
+ahead, and one frame being read: up to ``socket.request.max.bytes``),
 :data:`RESPONSE_BUFFER_BYTES` of unsent responses plus the one that crossed it (a Fetch response is at most
 ``fetch.max.bytes``, or one record larger), and its pending Produce responses.
 
@@ -51,7 +52,7 @@ from typing import cast
 from ..errors import MalformedRequestError
 from .request_channel import CLIENT_HOST, CONNECTION_CLOSED, PendingResponse, RequestHandler
 
-__all__ = ["MAX_PENDING_RESPONSES", "READ_BUFFER_BYTES", "RESPONSE_BUFFER_BYTES", "KafkaChannel"]
+__all__ = ["MAX_PENDING_RESPONSES", "READ_BUFFER_BYTES", "RESPONSE_BUFFER_BYTES", "KafkaChannel", "scratch_buffer"]
 
 log = logging.getLogger("compactlog.network")
 
@@ -68,18 +69,24 @@ READ_BUFFER_BYTES = 1 << 20
 # until most of it has gone.
 RESPONSE_BUFFER_BYTES = 1 << 20
 
-# A socket read hands over at most 256 KiB (uvloop's, asyncio's): frames up to this size are read into one
-# buffer of the connection and copied out; a larger one is read into a buffer of its own, with no copy.
+# A socket read hands over at most 256 KiB (uvloop's, asyncio's): frames up to this size are read into a
+# scratch buffer and copied out; a larger one is read into a buffer of its own, with no copy.
 _SCRATCH_BYTES = 256 << 10
 
 _Response = bytes | bytearray | PendingResponse | None
+
+
+def scratch_buffer() -> memoryview:
+    """A scratch buffer for the connections of one event loop (they read one at a time)."""
+    return memoryview(bytearray(_SCRATCH_BYTES))
 
 
 class KafkaChannel(asyncio.BufferedProtocol):
     """A connection: an asyncio protocol whose task handles its requests (:meth:`serve`)."""
 
     def __init__(self, handler: RequestHandler, listener_name: str, address: str, max_request_bytes: int,
-                 on_active: Callable[[KafkaChannel], None], on_closed: Callable[[KafkaChannel], None]) -> None:
+                 on_active: Callable[[KafkaChannel], None], on_closed: Callable[[KafkaChannel], None],
+                 scratch: memoryview | None = None) -> None:
         self.handler = handler
         self.listener_name = listener_name
         self.address = address  # the client's IP address
@@ -90,10 +97,13 @@ class KafkaChannel(asyncio.BufferedProtocol):
         self.peer: object = None  # as the transport names it: (host, port) for TCP
         self.closed: asyncio.Future[None] | None = None  # done once the connection has closed
         self.task: asyncio.Task[None] | None = None
-        # Bytes read land in a scratch buffer (frames up to its size, copied out whole), or, for a frame larger
-        # than it, straight in that frame's own buffer once its size is known.
-        self._scratch = memoryview(bytearray(_SCRATCH_BYTES))
-        self._start = self._end = 0  # the scratch buffer's bytes read and not yet framed
+        # Bytes read land in the scratch buffer (frames up to its size, copied out whole), or, for a frame larger
+        # than it, straight in that frame's own buffer once its size is known. The scratch buffer is shared by
+        # the connections of an event loop (see :func:`scratch_buffer`); what a read leaves of a frame not yet
+        # whole is kept apart (``_partial``) and put back in front of the next read.
+        self._scratch = scratch_buffer() if scratch is None else scratch
+        self._partial = b""
+        self._end = 0  # the scratch buffer's bytes of this connection, while a read is under way
         self._large: bytearray | None = None  # a large frame being read
         self._large_read = 0
         self._frames: deque[bytes | bytearray] = deque()  # whole frames read and not yet handled
@@ -116,16 +126,17 @@ class KafkaChannel(asyncio.BufferedProtocol):
         self.task = loop.create_task(self.serve())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the transport reads next: the rest of a large frame's own buffer, else the scratch buffer's
-        free end (its unread frame moved to its start first, if it reaches the end)."""
+        """Where the transport reads next: the rest of a large frame's own buffer, else the scratch buffer
+        after what the last read left of a frame. (The transport reads right after this and calls
+        :meth:`buffer_updated` before any other connection's callback: the scratch buffer is this
+        connection's until then.)"""
         large = self._large
         if large is not None:
             return memoryview(large)[self._large_read:]
-        if self._end == _SCRATCH_BYTES:
-            unread = bytes(self._scratch[self._start:self._end])
-            self._scratch[:len(unread)] = unread
-            self._start, self._end = 0, len(unread)
-        return self._scratch[self._end:]
+        partial = self._partial
+        self._scratch[:len(partial)] = partial
+        self._end = len(partial)
+        return self._scratch[len(partial):]
 
     def buffer_updated(self, nbytes: int) -> None:
         self._on_active(self)
@@ -139,13 +150,14 @@ class KafkaChannel(asyncio.BufferedProtocol):
                 self._frame_read()
             return
         scratch, frames = self._scratch, self._frames
-        start, end = self._start, self._end + nbytes
+        start, end = 0, self._end + nbytes
         read = False
         while end - start >= _SIZE.size:
             size = _SIZE.unpack_from(scratch, start)[0]
             if not 0 <= size <= self.max_request_bytes:
                 log.warning("closing connection from %s: a frame of %d bytes; allowed: 0..%d "
                             "(socket.request.max.bytes)", self.peer, size, self.max_request_bytes)
+                self._partial = b""
                 self.abort()
                 return
             body = start + _SIZE.size
@@ -154,7 +166,7 @@ class KafkaChannel(asyncio.BufferedProtocol):
                 self._frames_bytes += size
                 start = body + size
                 read = True
-            elif _SIZE.size + size > _SCRATCH_BYTES:  # larger than the scratch buffer: read into its own
+            elif _SIZE.size + size > len(scratch):  # larger than the scratch buffer: read into its own
                 self._large = large = bytearray(size)
                 large[:end - body] = scratch[body:end]
                 self._large_read = end - body
@@ -162,20 +174,20 @@ class KafkaChannel(asyncio.BufferedProtocol):
                 break
             else:
                 break
-        self._start, self._end = (0, 0) if start == end else (start, end)
+        self._partial = bytes(scratch[start:end]) if start < end else b""
         if read:
             self._frame_read()
 
     def eof_received(self) -> bool:
+        partial = self._partial
         if self._large is not None:
             log.warning("closing connection from %s: a frame of %d bytes cut short at %d", self.peer,
                         len(self._large), self._large_read)
-        elif self._end - self._start >= _SIZE.size:
+        elif len(partial) >= _SIZE.size:
             log.warning("closing connection from %s: a frame of %d bytes cut short at %d", self.peer,
-                        _SIZE.unpack_from(self._scratch, self._start)[0], self._end - self._start - _SIZE.size)
-        elif self._end > self._start:
-            log.warning("closing connection from %s: a size prefix cut short (%d bytes)", self.peer,
-                        self._end - self._start)
+                        _SIZE.unpack_from(partial)[0], len(partial) - _SIZE.size)
+        elif partial:
+            log.warning("closing connection from %s: a size prefix cut short (%d bytes)", self.peer, len(partial))
         self.abort()  # the client has gone: what it has not read yet, it will never read
         return False
 

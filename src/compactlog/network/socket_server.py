@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..limits import INT_MAX
 from ..server_config import Listener, ServerConfig
-from .channel import MAX_PENDING_RESPONSES, KafkaChannel
+from .channel import MAX_PENDING_RESPONSES, KafkaChannel, scratch_buffer
 from .connection_quotas import ConnectionQuotas
 from .idle_expiry import IdleExpiry
 from .request_channel import CLIENT_HOST, CONNECTION_CLOSED, PendingResponse, RequestHandler
@@ -118,6 +118,7 @@ class SocketServer:
         self._acceptors: list[asyncio.Task[None]] = []
         self._slot_waiters: list[asyncio.Future[None]] = []
         self.channels: set[KafkaChannel] = set()
+        self._scratch = scratch_buffer()  # shared by the channels: they read one at a time, on the loop's thread
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
 
@@ -249,7 +250,8 @@ class SocketServer:
                     self._release(ip)
 
     def _channel(self, listener_name: str, ip: str, made: list[KafkaChannel]) -> KafkaChannel:
-        channel = KafkaChannel(self.handler, listener_name, ip, self.max_request_bytes, self._active, self._closed)
+        channel = KafkaChannel(self.handler, listener_name, ip, self.max_request_bytes, self._active, self._closed,
+                               self._scratch)
         made.append(channel)
         self.channels.add(channel)
         self._active(channel)
