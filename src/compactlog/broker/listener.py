@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
+from ..network.malloc_thresholds import fix_malloc_thresholds
 from ..network.socket_server import ConnectionLimits, SocketServer
 from ..server_config import Listener, load_server_config
 from ..store import Store, open_store
@@ -59,6 +60,7 @@ class KafkaListener:
 
     def _start(self) -> None:
         config = self.config
+        fix_malloc_thresholds()  # the process's large buffers: see there
         self.store = self._given if self._given is not None else open_store(self.data_dir)
         self.context = context = BrokerContext(self.store, config)  # creates __consumer_offsets if missing
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(context).handle,
