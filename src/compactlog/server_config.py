@@ -1,4 +1,5 @@
-"""The Kafka-protocol server's configs: listeners, advertised listeners, request size, node id.
+"""The Kafka-protocol server's configs: listeners, advertised listeners, request and fetch sizes, connection
+limits (Kafka's ``SocketServerConfigs``), node id, groups.
 
 They are read, like the data-directory config (:mod:`compactlog.config`), from ``<data-dir>/server.properties``
 under Kafka's names, and may be overridden on the command line. Each is declared once here as a
@@ -25,7 +26,7 @@ from .limits import INT_MAX
 from .properties import read_server_properties
 
 __all__ = ["SERVER_CONFIGS", "SERVER_CONFIG_NAMES", "Listener", "ServerConfig", "load_server_config",
-           "parse_listeners"]
+           "parse_connection_overrides", "parse_listeners"]
 
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 
@@ -38,6 +39,23 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
               "and that does not exist (Kafka's default is true; ours is false)."),
     ConfigDef("socket.request.max.bytes", "int", 104_857_600, "The largest request frame accepted; a larger "
               "one closes its connection.", low=1, high=INT_MAX),
+    ConfigDef("fetch.max.bytes", "int", 57_671_680, "The maximum number of bytes we will return for a fetch "
+              "request (the smaller of this and the request's max_bytes; the first batch of the first partition "
+              "with records is returned even if larger, so that a consumer makes progress). Must be at least "
+              "1024.", low=1024, high=INT_MAX),
+    ConfigDef("connections.max.idle.ms", "long", 600_000, "Idle connections timeout: the server closes the "
+              "connections that idle (no byte read or written) more than this, a request in flight or not; "
+              "negative: never."),
+    ConfigDef("max.connections", "int", INT_MAX, "The maximum number of connections we allow in the broker at "
+              "any time, on all listeners together; at the limit, new connections wait (unaccepted, in the "
+              "listen backlog) until one closes.", low=0, high=INT_MAX),
+    ConfigDef("max.connections.per.ip", "int", INT_MAX, "The maximum number of connections we allow from each "
+              "ip address. This can be set to 0 if there are overrides configured using "
+              "max.connections.per.ip.overrides property. New connections from the ip address are dropped if "
+              "the limit is reached.", low=0, high=INT_MAX),
+    ConfigDef("max.connections.per.ip.overrides", "string", None, "A comma-separated list of per-ip or hostname "
+              "overrides to the default maximum number of connections. An example value is "
+              "\"hostName:100,127.0.0.1:200\"; unset or empty: none.", nullable=True),
     ConfigDef("node.id", "int", 0, "This server's id in Metadata (the leader of every partition).", low=0),
     ConfigDef("broker.id", "int", None, "Kafka's older name of node.id; node.id wins when both are set.",
               low=0, nullable=True),
@@ -70,6 +88,7 @@ SERVER_CONFIGS: tuple[ConfigDef, ...] = (
 # The keys of server.properties that are the server's; the data-directory config skips exactly these.
 SERVER_CONFIG_NAMES = frozenset(d.name for d in SERVER_CONFIGS)
 _BY_NAME = {d.name: d for d in SERVER_CONFIGS}
+_HOST_RE = re.compile(r"[0-9a-zA-Z\-%._:]+")  # Kafka's Utils.validHostPattern
 _LISTENER_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
 
 
@@ -103,6 +122,24 @@ def parse_listeners(text: str, key: str = "listeners") -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def parse_connection_overrides(text: str, key: str = "max.connections.per.ip.overrides",
+                               ) -> tuple[tuple[str, int], ...]:
+    """Kafka's ``host:count`` list (comma-separated; the last colon splits, so an IPv6 address may be the
+    host) as ``(host, count)`` pairs; a host of other characters than Kafka's (letters, digits, ``-%._:``) or
+    a count that is not an integer in 0..2^31-1 is a ConfigError naming ``key``."""
+    overrides: list[tuple[str, int]] = []
+    for raw in (part.strip() for part in text.split(",") if text.strip()):
+        host, colon, count = raw.rpartition(":")
+        host, count = host.strip(), count.strip()
+        if not colon or not host or not _HOST_RE.fullmatch(host):
+            raise ConfigError(f"{key}: {raw!r} is not host:count; allowed: e.g. hostName:100,127.0.0.1:200")
+        if not re.fullmatch(r"[0-9]+", count) or int(count) > INT_MAX:
+            raise ConfigError(f"{key}: the count of {host} ({count!r}) is not allowed; allowed: an integer in "
+                              f"[0, {INT_MAX}]")
+        overrides.append((host, int(count)))
+    return tuple(overrides)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """The server configs, parsed; ``listeners`` and ``advertised_listeners`` as :class:`Listener` values."""
@@ -111,6 +148,11 @@ class ServerConfig:
     advertised_listeners: tuple[Listener, ...] | None
     auto_create_topics_enable: bool
     socket_request_max_bytes: int
+    fetch_max_bytes: int
+    connections_max_idle_ms: int
+    max_connections: int
+    max_connections_per_ip: int
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...]  # (host name or address, limit)
     node_id: int
     num_partitions: int
     group_min_session_timeout_ms: int
@@ -128,14 +170,26 @@ class ServerConfig:
 def server_config(values: Mapping[str, object]) -> ServerConfig:
     """A :class:`ServerConfig` from Kafka-named values (strings or native); missing keys take defaults,
     unknown keys are left to the data-directory config."""
+    values = dict(values)
+    overrides_text = values.get("max.connections.per.ip.overrides")
+    if isinstance(overrides_text, str) and not overrides_text.strip():  # Kafka's default: the empty string
+        values["max.connections.per.ip.overrides"] = None
     parsed = {d.name: d.parse(values[d.name]) if d.name in values else d.default for d in SERVER_CONFIGS}
     advertised = parsed["advertised.listeners"]
     node_id = parsed["node.id"] if "node.id" in values or parsed["broker.id"] is None else parsed["broker.id"]
+    overrides = parse_connection_overrides(parsed["max.connections.per.ip.overrides"] or "")
+    if parsed["max.connections.per.ip"] == 0 and not overrides:
+        raise ConfigError("max.connections.per.ip: 0 is allowed only if max.connections.per.ip.overrides is set")
     return ServerConfig(
         listeners=parse_listeners(parsed["listeners"]),
         advertised_listeners=None if advertised is None else parse_listeners(advertised, "advertised.listeners"),
         auto_create_topics_enable=parsed["auto.create.topics.enable"],
         socket_request_max_bytes=parsed["socket.request.max.bytes"],
+        fetch_max_bytes=parsed["fetch.max.bytes"],
+        connections_max_idle_ms=parsed["connections.max.idle.ms"],
+        max_connections=parsed["max.connections"],
+        max_connections_per_ip=parsed["max.connections.per.ip"],
+        max_connections_per_ip_overrides=overrides,
         node_id=node_id,
         num_partitions=parsed["num.partitions"],
         group_min_session_timeout_ms=parsed["group.min.session.timeout.ms"],

@@ -11,11 +11,12 @@ Fetch rules (Kafka's ``ReplicaManager.fetchMessages`` and ``DelayedFetch`` on on
   with the aborted transactions that may hold data in the range (producer id, first offset), from which the
   client drops aborted records; transaction markers go out as control batches either way;
 * byte limits: records are counted at their key, value and header bytes plus :data:`RECORD_OVERHEAD`; a
-  partition returns at most ``partition_max_bytes`` and the whole response at most ``max_bytes``, except
-  that the first partition with records returns at least one record (so a record larger than the limits
-  is never stuck);
+  partition returns at most ``partition_max_bytes`` and the whole response at most ``max_bytes`` capped by
+  the broker's ``fetch.max.bytes`` (and ``min_bytes`` at most that), except that the first partition with
+  records returns at least one record (so a record larger than the limits is never stuck);
 * the response waits up to ``max_wait_ms`` until ``min_bytes`` are there, woken by appends through
-  :class:`~compactlog.broker.fetch_purgatory.FetchPurgatory`; a partition error answers at once.
+  :class:`~compactlog.broker.fetch_purgatory.FetchPurgatory`; a partition error answers at once; a fetch
+  whose connection closes while it waits is dropped (no response, its wait released).
 
 ListOffsets (Kafka's ``Partition.fetchOffsetForTimestamp``): timestamp -2 is the log start offset and -1
 the last fetchable offset (the high watermark; the last stable offset for read_committed), both with
@@ -41,6 +42,7 @@ from ..active_segment import ActiveSegment
 from ..columns import binary_lengths, from_numpy, to_numpy
 from ..errors import CompactLogError, OffsetOutOfRangeError
 from ..log import reads
+from ..network.request_channel import CONNECTION_CLOSED
 from ..protocol.record_batch import CREATE_TIME, LOG_APPEND_TIME, encode_batches
 from ..record import CONTROL_EMPTY_BATCH, header_bytes
 from ..store import Store
@@ -48,7 +50,7 @@ from .context import BrokerContext, open_log
 from .error_codes import NONE, error_code
 from .fetch_read_ahead import ReadAhead, ReadAheadKey, is_usable, worth_reading_ahead
 
-__all__ = ["handle_fetch", "handle_list_offsets"]
+__all__ = ["handle_fetch", "handle_list_offsets", "records_bytes"]
 
 READ_COMMITTED = 1
 RECORD_OVERHEAD = 20  # about a v2 record's own framing (length, attributes, deltas, lengths)
@@ -75,29 +77,34 @@ class PartitionFetch:
     read_ahead: bool = False  # answered with records read ahead (:mod:`.fetch_read_ahead`)
 
 
-async def handle_fetch(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
+async def handle_fetch(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any] | None:
     committed = request.isolation_level == READ_COMMITTED
+    max_bytes = min(request.max_bytes, context.config.fetch_max_bytes)  # Kafka's KafkaApis.handleFetchRequest
+    min_bytes = min(request.min_bytes, max_bytes)
     deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
     partitions = [PartitionFetch(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                   for t in request.topics for p in t.partitions]
     # One partition: a consumer's fetch, which may find its records read ahead (either isolation level:
     # librdkafka's consumers read_committed by default).
-    key = (_read_ahead_key(partitions[0], request.max_bytes, committed) if len(partitions) == 1
-           and worth_reading_ahead(partitions[0].max_bytes, request.max_bytes) else None)
+    key = (_read_ahead_key(partitions[0], max_bytes, committed) if len(partitions) == 1
+           and worth_reading_ahead(partitions[0].max_bytes, max_bytes) else None)
     ahead = await context.read_aheads.take(key) if key is not None else None
     while True:
-        read = await context.run(_read_all, context.store, partitions, committed, request.max_bytes, ahead)
+        read = await context.run(_read_all, context.store, partitions, committed, max_bytes, ahead)
         ahead = None  # a read after waiting reads afresh
         size = sum(len(p.records) for p in read)
         remaining = deadline - time.monotonic()
-        if size >= request.min_bytes or remaining <= 0 or any(p.error != NONE for p in read):
+        if size >= min_bytes or remaining <= 0 or any(p.error != NONE for p in read):
             break
-        await context.purgatory.wait([(p.topic, p.partition) for p in partitions], remaining)
+        closed = CONNECTION_CLOSED.get()
+        await context.purgatory.wait([(p.topic, p.partition) for p in partitions], remaining, closed)
+        if closed is not None and closed.done():
+            return None  # the client has gone: nobody would read the response
     if key is not None and read[0].error == NONE and read[0].records:
         context.read_aheads.used += read[0].read_ahead
         following = dataclasses.replace(partitions[0], fetch_offset=read[0].next_offset)
-        context.read_aheads.put(_read_ahead_key(following, request.max_bytes, committed), asyncio.get_running_loop(
-            ).run_in_executor(context.executor, _read_ahead, context.store, following, request.max_bytes, committed))
+        context.read_aheads.put(_read_ahead_key(following, max_bytes, committed), asyncio.get_running_loop(
+            ).run_in_executor(context.executor, _read_ahead, context.store, following, max_bytes, committed))
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for p in read:
         by_topic.setdefault(p.topic, []).append({
@@ -106,6 +113,11 @@ async def handle_fetch(context: BrokerContext, request: Any, version: int, liste
             "aborted_transactions": p.aborted, "preferred_read_replica": -1, "records": p.records})
     return {"throttle_time_ms": 0, "error_code": NONE, "session_id": 0,
             "responses": [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]}
+
+
+def records_bytes(fields: dict[str, Any]) -> int:
+    """The bytes of the records a Fetch response's fields carry."""
+    return sum(len(p["records"]) for topic in fields["responses"] for p in topic["partitions"])
 
 
 def _read_ahead_key(ask: PartitionFetch, max_bytes: int, committed: bool) -> ReadAheadKey:

@@ -11,15 +11,16 @@ Rules, as Kafka's:
 * only the APIs and versions of :data:`APIS` are advertised by ApiVersions and answered;
 * an ApiVersions request of a version above ours gets a v0 response with ``UNSUPPORTED_VERSION`` and our
   list, so the client can pick a version we speak (librdkafka sends v3 or v4 first);
-* any other unknown API key or version, a frame too short for a header, or a body that cannot be
-  decoded is :class:`~compactlog.errors.MalformedRequestError`: the socket server closes the connection;
+* any other unknown API key or version, a frame too short for a header, or a request that cannot be
+  decoded (:func:`~.messages.decode_request`: a field cut short, a null where none is allowed) is
+  :class:`~compactlog.errors.MalformedRequestError`: the socket server closes the connection;
 * a handler answers errors as error codes in the response (:mod:`.error_codes`), never as exceptions.
 
 Handlers are ``async (context, request, version, listener name) -> dict of response fields | None``
 (None: no response, a Produce with ``acks=0``), or a future of the fields when the request has taken
 effect but its response must wait (a Produce for its fsync): the socket server then handles the
 connection's next requests meanwhile and sends the responses in order
-(:class:`~compactlog.network.socket_server.PendingResponse`). Their blocking store calls run in the
+(:class:`~compactlog.network.request_channel.PendingResponse`). Their blocking store calls run in the
 context's thread pool (:mod:`.context`).
 """
 
@@ -89,11 +90,11 @@ from kafka.protocol.producer.transaction import (
 )
 
 from ..errors import MalformedRequestError
-from ..network.socket_server import PendingResponse
+from ..network.request_channel import PendingResponse
 from . import fetch, find_coordinator, group_apis, metadata, produce, topic_admin, txn_apis
 from .context import BrokerContext
 from .error_codes import NONE, UNSUPPORTED_VERSION
-from .messages import build, decode_request, null_field
+from .messages import build, decode_request, encode_response
 
 __all__ = ["APIS", "Api", "KafkaApis"]
 
@@ -114,6 +115,9 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+    # The bytes of the records a response's fields carry, for a response that may be large (a Fetch's):
+    # :func:`~.messages.encode_response` encodes a large one in a buffer of its own.
+    records_bytes: Callable[[Fields], int] | None = None
 
 
 async def _api_versions(context: BrokerContext, request: Any, version: int, listener: str) -> dict[str, Any]:
@@ -133,7 +137,7 @@ def _api_keys() -> list[dict[str, int]]:
 # EndTxn and TxnOffsetCommit 3 (4 adds TRANSACTION_ABORTABLE, 5 Kafka's transactions v2).
 APIS: dict[int, Api] = {api.key: api for api in (
     Api(0, ProduceRequest, ProduceResponse, 3, 9, produce.handle_produce),
-    Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch),
+    Api(1, FetchRequest, FetchResponse, 4, 12, fetch.handle_fetch, fetch.records_bytes),
     Api(2, ListOffsetsRequest, ListOffsetsResponse, 1, 7, fetch.handle_list_offsets),
     Api(3, MetadataRequest, MetadataResponse, 0, 9, metadata.handle_metadata),
     Api(8, OffsetCommitRequest, OffsetCommitResponse, 2, 9, group_apis.handle_offset_commit),
@@ -164,12 +168,12 @@ API_VERSIONS_KEY = 18
 
 
 class KafkaApis:
-    """The request handler of the socket server (:data:`compactlog.network.socket_server.RequestHandler`)."""
+    """The request handler of the socket server (:data:`compactlog.network.request_channel.RequestHandler`)."""
 
     def __init__(self, context: BrokerContext) -> None:
         self.context = context
 
-    async def handle(self, frame: bytes, listener: str) -> bytearray | PendingResponse | None:
+    async def handle(self, frame: bytes | bytearray, listener: str) -> bytearray | PendingResponse | None:
         if len(frame) < _HEADER.size + 2:  # + the client id's length
             raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than a request header")
         api_key, version, correlation_id = _HEADER.unpack_from(frame)
@@ -182,14 +186,7 @@ class KafkaApis:
         if not api.min_version <= version <= api.max_version:
             raise MalformedRequestError(f"{api.request.name} v{version} is not supported; allowed: "
                                         f"v{api.min_version}..v{api.max_version}")
-        try:
-            request = decode_request(api.request, frame, version)
-        except Exception as e:  # the decoder raises whatever a bad byte leads it to (struct.error, ...)
-            raise MalformedRequestError(f"{api.request.name} v{version} cannot be decoded: "
-                                        f"{type(e).__name__}: {e}") from e
-        null = null_field(request, version)
-        if null is not None:
-            raise MalformedRequestError(f"{api.request.name} v{version}: non-nullable field {null} is null")
+        request = decode_request(api.request, frame, version)
         fields = await api.handler(self.context, request, version, listener)
         if fields is None:
             return None
@@ -199,7 +196,8 @@ class KafkaApis:
             fields.add_done_callback(lambda done: _encode_when_ready(done, pending, api.response, version,
                                                                      correlation_id))
             return PendingResponse(pending)
-        return _encode(api.response, version, correlation_id, fields)
+        return _encode(api.response, version, correlation_id, fields,
+                       0 if api.records_bytes is None else api.records_bytes(fields))
 
 
 def _encode_when_ready(fields: asyncio.Future[Fields], frame: asyncio.Future[bytes | bytearray | None],
@@ -217,7 +215,8 @@ def _encode_when_ready(fields: asyncio.Future[Fields], frame: asyncio.Future[byt
         frame.set_exception(e)
 
 
-def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any]) -> bytearray:
+def _encode(response: Any, version: int, correlation_id: int, fields: dict[str, Any], records_bytes: int = 0,
+            ) -> bytearray:
     message = build(response, version, fields)
     message.with_header(correlation_id=correlation_id)
-    return message.encode(header=True, framed=True)  # a bytearray of its own: sent as is, not copied again
+    return encode_response(message, records_bytes)

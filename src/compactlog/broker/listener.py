@@ -18,7 +18,8 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from ..network.socket_server import SocketServer
+from ..network.malloc_thresholds import fix_malloc_thresholds
+from ..network.socket_server import ConnectionLimits, SocketServer
 from ..server_config import Listener, load_server_config
 from ..store import Store, open_store
 from . import txn_apis
@@ -59,10 +60,11 @@ class KafkaListener:
 
     def _start(self) -> None:
         config = self.config
+        fix_malloc_thresholds()  # the process's large buffers: see there
         self.store = self._given if self._given is not None else open_store(self.data_dir)
         self.context = context = BrokerContext(self.store, config)  # creates __consumer_offsets if missing
         self.server = SocketServer(config.listeners, config.socket_request_max_bytes, KafkaApis(context).handle,
-                                   on_bound=context.set_bound)
+                                   on_bound=context.set_bound, limits=ConnectionLimits.of(config))
         txn_apis.attach(context)
         self.expiry = TransactionExpiry(self.store, config.transaction_abort_timed_out_transaction_cleanup_interval_ms)
         # pyarrow imports pandas (about a second) the first time it converts a Python value to Arrow, as the

@@ -1,49 +1,52 @@
 """The socket server: listens on the configured listeners and frames bytes (Kafka's ``SocketServer``).
 
-A request and a response are each a frame: a big-endian int32 size, then that many bytes. The server reads
-one frame from a connection, hands it to the request handler with the name of the listener it arrived on,
-and reads the next once the handler returns: so the requests of one connection take effect in their order,
-as Kafka's muted channels have it. The handler answers a response frame (None: no response, as for
-``acks=0``) or a :class:`PendingResponse`: the request has taken effect but its response waits for
-something (a Produce for the fsync its records share with others). The connection then reads and handles
-its next requests meanwhile, up to :data:`MAX_PENDING_RESPONSES` unanswered, so the appends of a client's
-pipelined Produce requests overlap the fsyncs of the earlier ones; the responses are written in the order
-of the requests, each once it and those before it are ready (by the callback of the one that completes
-last: no Task or queue per response).
+Each listener has an acceptor: it takes the next connection once the broker-wide limit lets one more in, and
+closes at once one from an address that already has its limit (:mod:`.connection_quotas`: ``max.connections``,
+``max.connections.per.ip``, ``max.connections.per.ip.overrides``). Each accepted connection is a
+:class:`~.channel.KafkaChannel`, which reads its frames, hands them to the request handler in order, writes
+the responses in order and mutes itself while its client does not read them (see there). A connection that
+reads and writes nothing for longer than ``connections.max.idle.ms`` is closed (:mod:`.idle_expiry`).
 
-A frame larger than ``socket.request.max.bytes`` (or of negative size), one cut short by a closed
-connection, or one the handler refuses as malformed (:class:`~compactlog.errors.MalformedRequestError`)
-closes that connection with one log line; the other connections are not affected.
-
-Why asyncio: every connection is a coroutine on one event loop, so a thousand idle or slow clients cost a
-thousand small objects, not threads, and a long-polling Fetch is a timer. Handlers run their blocking store
-calls (fsyncs, Parquet reads) in a thread pool (see :mod:`compactlog.broker.kafka_apis`), so the loop keeps
-serving the other connections meanwhile; a client that does not read its responses blocks only its own
-coroutine (``drain``: its requests are no longer read). The loop is uvloop's where it is installed
+Why asyncio: every connection is a protocol and a task on one event loop, so a thousand idle or slow clients
+cost a thousand small objects, not threads, and a long-polling Fetch is a timer. Handlers run their
+blocking store calls (fsyncs, Parquet reads) in a thread pool (see :mod:`compactlog.broker.kafka_apis`), so
+the loop keeps serving the other connections meanwhile. The loop is uvloop's where it is installed
 (:func:`new_event_loop`).
 
 The server is a component: :meth:`SocketServer.start` binds every listener and returns once they listen,
-in a thread of its own that runs the event loop; :meth:`SocketServer.shutdown` closes them and stops it.
+with a thread of its own that runs the event loop; :meth:`SocketServer.shutdown` closes them and stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import logging
+import socket
 import threading
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from ..errors import MalformedRequestError
-from ..server_config import Listener
+from ..errors import ConfigError
+from ..limits import INT_MAX
+from ..server_config import Listener, ServerConfig
+from .channel import MAX_PENDING_RESPONSES, KafkaChannel, scratch_buffer
+from .connection_quotas import ConnectionQuotas
+from .idle_expiry import IdleExpiry
+from .request_channel import CLIENT_HOST, CONNECTION_CLOSED, PendingResponse, RequestHandler
 
-__all__ = ["CLIENT_HOST", "MAX_PENDING_RESPONSES", "PendingResponse", "RequestHandler", "SocketServer",
-           "new_event_loop"]
+__all__ = ["CLIENT_HOST", "CONNECTION_CLOSED", "MAX_PENDING_RESPONSES", "ConnectionLimits", "PendingResponse",
+           "RequestHandler", "SocketServer", "monotonic_ms", "new_event_loop"]
 
 log = logging.getLogger("compactlog.network")
 
+LISTEN_BACKLOG = 100  # asyncio's default for start_server
+# After an accept fails (out of file descriptors: EMFILE), the acceptor waits this long before the next, as
+# asyncio's own accept loop does.
+ACCEPT_RETRY_DELAY_S = 1.0
+# The longest wait between two looks for idle connections (a look that finds none expired looks again later).
+IDLE_CHECK_MAX_MS = 3_600_000
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -57,26 +60,38 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-class PendingResponse:
-    """A response that is not ready yet: the future of its frame (with size prefix; None: no response)."""
-
-    __slots__ = ("frame",)
-
-    def __init__(self, frame: asyncio.Future[bytes | bytearray | None]) -> None:
-        self.frame = frame
+def monotonic_ms() -> int:
+    """The socket server's default clock: milliseconds of a monotonic clock."""
+    return time.monotonic_ns() // 1_000_000
 
 
-# (frame without its size prefix, listener name) -> a response frame with its size prefix, None, or pending.
-RequestHandler = Callable[[bytes, str], Awaitable["bytes | bytearray | PendingResponse | None"]]
-SIZE_BYTES = 4
-# The host of the connection whose request is being handled, as Kafka writes a client's host ("/" + its IP):
-# set by each connection's task, read by handlers that record it (a group member's host).
-CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
-# Requests of one connection handled but not yet answered, at most (librdkafka sends up to 5 at a time).
-MAX_PENDING_RESPONSES = 8
-# A connection's stream buffer: reading stops while it holds twice this much. At asyncio's default (64 KiB)
-# a 1 MB produce request paused and resumed the socket's reading at every 256 KiB read on its way in.
-READ_BUFFER_BYTES = 1 << 20
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """``max.connections``, ``max.connections.per.ip`` (with its overrides: host name or address -> limit)
+    and ``connections.max.idle.ms`` (negative: no idle expiry), Kafka's defaults."""
+
+    max_connections: int = INT_MAX
+    max_connections_per_ip: int = INT_MAX
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
+    connections_max_idle_ms: int = 600_000
+
+    @classmethod
+    def of(cls, config: ServerConfig) -> ConnectionLimits:
+        return cls(config.max_connections, config.max_connections_per_ip, config.max_connections_per_ip_overrides,
+                   config.connections_max_idle_ms)
+
+    def quotas(self) -> ConnectionQuotas:
+        """The quotas, with every override's host name resolved to its addresses (as Kafka resolves them
+        at start); a name that does not resolve is a ConfigError."""
+        overrides: dict[str, int] = {}
+        for host, limit in self.max_connections_per_ip_overrides:
+            try:
+                infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            except OSError as e:
+                raise ConfigError(f"max.connections.per.ip.overrides: host {host!r} cannot be resolved: {e}") from e
+            for info in infos:
+                overrides[str(info[4][0])] = limit
+        return ConnectionQuotas(self.max_connections, self.max_connections_per_ip, overrides)
 
 
 class SocketServer:
@@ -84,36 +99,53 @@ class SocketServer:
 
     def __init__(self, listeners: Sequence[Listener], max_request_bytes: int, handler: RequestHandler,
                  on_bound: Callable[[tuple[Listener, ...]], None] | None = None,
-                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+                 loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+                 limits: ConnectionLimits | None = None, clock: Callable[[], int] = monotonic_ms) -> None:
         self.loop_factory = loop_factory or new_event_loop
         self.on_bound = on_bound  # told the bound listeners before the first connection is accepted
         self.listeners = tuple(listeners)
         self.max_request_bytes = max_request_bytes
         self.handler = handler
+        self.limits = limits or ConnectionLimits()
+        self.clock = clock  # milliseconds, for idle expiry
         self.bound: tuple[Listener, ...] = ()  # the listeners as bound (port 0 replaced), once started
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._servers: list[asyncio.Server] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        self.quotas = ConnectionQuotas(0, 0)
+        max_idle_ms = self.limits.connections_max_idle_ms
+        self._idle = IdleExpiry(max_idle_ms) if max_idle_ms >= 0 else None
+        self._idle_check: asyncio.TimerHandle | None = None
+        self._sockets: list[tuple[socket.socket, str]] = []  # listening sockets, with their listener's name
+        self._acceptors: list[asyncio.Task[None]] = []
+        self._slot_waiters: list[asyncio.Future[None]] = []
+        self.channels: set[KafkaChannel] = set()
+        self._scratch = scratch_buffer()  # shared by the channels: they read one at a time, on the loop's thread
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
-        self._start_error: BaseException | None = None
 
     # -- the component's life -------------------------------------------------------------------------
 
     def start(self) -> None:
         """Bind every listener and serve in a thread of its own; returns once all listen. A listener that
         cannot be bound (the port is taken) raises OSError and nothing stays bound."""
+        self.quotas = self.limits.quotas()
+        try:
+            bound = [self._bind(listener) for listener in self.listeners]
+        except BaseException:
+            self._close_sockets()
+            raise
+        self.bound = tuple(bound)
+        if self.on_bound is not None:
+            self.on_bound(self.bound)
+        self.loop = self.loop_factory()
         self._thread = threading.Thread(target=self._run, name="compactlog-socket-server", daemon=True)
         self._thread.start()
         self._started.wait()
-        if self._start_error is not None:
-            self._thread.join()
-            raise self._start_error
 
     def shutdown(self) -> None:
         """Stop listening, close every connection, stop the event loop and its thread."""
         loop, thread = self.loop, self._thread
         if loop is None or thread is None:
+            self._close_sockets()
             return
         if loop.is_running():
             asyncio.run_coroutine_threadsafe(self._close(), loop).result()
@@ -121,179 +153,147 @@ class SocketServer:
         thread.join()
         self.loop = None
 
+    def _bind(self, listener: Listener) -> Listener:
+        """Listen on ``listener``'s address (every interface's, IPv4 and IPv6, for an empty host); the
+        listener as bound (the port of its first socket)."""
+        infos = socket.getaddrinfo(listener.host or None, listener.port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        port = None
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            if port is not None and listener.port == 0:  # every socket of a listener on the same free port
+                address = (address[0], port, *address[2:])
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # an address family this host lacks (IPv6): skipped, as asyncio's create_server does
+                continue
+            self._sockets.append((sock, listener.name))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+            port = sock.getsockname()[1] if port is None else port
+        if port is None:
+            raise OSError(f"no address of {listener} can be listened on")
+        bound = Listener(listener.name, listener.host, port)
+        log.info("listening on %s", bound)
+        return bound
+
+    def _close_sockets(self) -> None:
+        for sock, _ in self._sockets:
+            sock.close()
+        self._sockets.clear()
+
     def _run(self) -> None:
-        self.loop = loop = self.loop_factory()
+        loop = self.loop
+        assert loop is not None
         asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._bind())
-        except BaseException as e:  # handed to start(), which raises it in the caller's thread
-            self._start_error = e
-            loop.run_until_complete(self._close())
-            loop.close()
-            self._started.set()
-            return
-        self._started.set()
+        for sock, listener_name in self._sockets:
+            self._acceptors.append(loop.create_task(self._accept(sock, listener_name)))
+        self._schedule_idle_check()
+        loop.call_soon(self._started.set)
         try:
             loop.run_forever()
         finally:
             loop.close()
 
-    async def _bind(self) -> None:
-        bound = []
-        for listener in self.listeners:
-            server = await asyncio.start_server(functools.partial(self._accept, listener_name=listener.name),
-                                                listener.host or None, listener.port, reuse_address=True,
-                                                start_serving=False, limit=READ_BUFFER_BYTES)
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
-            bound.append(Listener(listener.name, listener.host, port))
-            log.info("listening on %s", bound[-1])
-        self.bound = tuple(bound)
-        if self.on_bound is not None:
-            self.on_bound(self.bound)
-        for server in self._servers:
-            await server.start_serving()
-
     async def _close(self) -> None:
-        for server in self._servers:
-            server.close()
-        for task in list(self._connections):
+        for acceptor in self._acceptors:
+            acceptor.cancel()
+        await asyncio.gather(*self._acceptors, return_exceptions=True)
+        self._acceptors.clear()
+        self._close_sockets()
+        if self._idle_check is not None:
+            self._idle_check.cancel()
+        tasks = [channel.task for channel in self.channels if channel.task is not None]
+        for channel in list(self.channels):
+            channel.abort()
+        for task in tasks:
             task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers.clear()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    # -- connections ----------------------------------------------------------------------------------------
+    # -- accepting ------------------------------------------------------------------------------------------
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer, listener_name))
-        self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str) -> None:
-        peer = writer.get_extra_info("peername")
-        CLIENT_HOST.set(f"/{peer[0]}" if isinstance(peer, tuple) else "")
-        responses = _Responses(writer, peer)
-        shutting_down = False
-        try:
-            while not responses.failed:
-                frame = await self._read_frame(reader, peer)
-                if frame is None:
-                    return
-                try:
-                    response = await self.handler(frame, listener_name)
-                except MalformedRequestError as e:
-                    log.warning("closing connection from %s: %s", peer, e)
-                    return
-                responses.add(response)
-                while len(responses) >= MAX_PENDING_RESPONSES and not responses.failed:
-                    await responses.progress()
-                await writer.drain()  # a client that does not read its responses is no longer read either
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return  # the client went away; nothing to answer
-        except asyncio.CancelledError:  # the server shuts down: unanswered requests stay unanswered
-            shutting_down = True
-            raise
-        except Exception:  # a handler's bug: this connection ends, the server goes on
-            log.exception("closing connection from %s after an internal error", peer)
-        finally:
+    async def _accept(self, sock: socket.socket, listener_name: str) -> None:
+        """The acceptor of one listening socket (Kafka's ``Acceptor``)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self.quotas.slot_available():  # max.connections: wait, leaving connections unaccepted
+                waiter = loop.create_future()
+                self._slot_waiters.append(waiter)
+                await waiter
             try:
-                while len(responses) and not responses.failed and not shutting_down:
-                    await responses.progress()  # the responses of the requests so far go out
-            finally:
-                writer.close()  # after the buffered responses are written
+                conn, address = await loop.sock_accept(sock)
+            except OSError as e:  # out of file descriptors, say: the connections wait in the backlog meanwhile
+                log.error("accepting a connection on %s failed: %s", listener_name, e)
+                await asyncio.sleep(ACCEPT_RETRY_DELAY_S)
+                continue
+            ip = str(address[0]) if isinstance(address, tuple) else ""
+            limit = self.quotas.admit(ip)
+            if limit is not None:
+                log.info("Rejected connection from %s, address already has the configured maximum of %d "
+                         "connections (max.connections.per.ip)", ip, limit)
+                conn.close()
+                continue
+            made: list[KafkaChannel] = []
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                await loop.connect_accepted_socket(functools.partial(self._channel, listener_name, ip, made), conn)
+            except OSError as e:  # the client went away meanwhile
+                log.info("a connection from %s closed before it was served: %s", ip, e)
+                conn.close()
+                if not made or made[0].transport is None:  # else connection_lost releases it
+                    if made:
+                        self._forget(made[0])
+                    self._release(ip)
 
-    async def _read_frame(self, reader: asyncio.StreamReader, peer: object) -> bytes | None:
-        """The next frame's bytes; None (after a log line if the frame was bad) when the connection ends."""
-        try:
-            prefix = await reader.readexactly(SIZE_BYTES)
-        except asyncio.IncompleteReadError as e:
-            if e.partial:
-                log.warning("closing connection from %s: a size prefix cut short (%d bytes)", peer, len(e.partial))
-            return None
-        size = int.from_bytes(prefix, "big", signed=True)
-        if not 0 <= size <= self.max_request_bytes:
-            log.warning("closing connection from %s: a frame of %d bytes; allowed: 0..%d "
-                        "(socket.request.max.bytes)", peer, size, self.max_request_bytes)
-            return None
-        try:
-            return await reader.readexactly(size)
-        except asyncio.IncompleteReadError as e:
-            log.warning("closing connection from %s: a frame of %d bytes cut short at %d", peer, size, len(e.partial))
-            return None
+    def _channel(self, listener_name: str, ip: str, made: list[KafkaChannel]) -> KafkaChannel:
+        channel = KafkaChannel(self.handler, listener_name, ip, self.max_request_bytes, self._active, self._closed,
+                               self._scratch)
+        made.append(channel)
+        self.channels.add(channel)
+        self._active(channel)
+        return channel
 
+    def _release(self, ip: str) -> None:
+        self.quotas.release(ip)
+        waiters, self._slot_waiters = self._slot_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
-class _Responses:
-    """A connection's responses in the order of its requests: each is written as soon as it and every one
-    before it are ready, by the callback of the pending response that completes (no Task, no queue per
-    connection). After a failure (a pending response's error) the connection is closed and later responses
-    are not written."""
+    def _closed(self, channel: KafkaChannel) -> None:
+        self._forget(channel)
+        self._release(channel.address)
 
-    __slots__ = ("_peer", "_queue", "_waiter", "_writer", "failed")
+    def _forget(self, channel: KafkaChannel) -> None:
+        self.channels.discard(channel)
+        if self._idle is not None:
+            self._idle.remove(channel)
 
-    def __init__(self, writer: asyncio.StreamWriter, peer: object) -> None:
-        self._writer = writer
-        self._peer = peer
-        self._queue: deque[bytes | bytearray | PendingResponse | None] = deque()
-        self._waiter: asyncio.Future[None] | None = None  # the reading coroutine's wait for progress
-        self.failed = False
+    # -- idle connections -----------------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self._queue)
+    def _active(self, channel: KafkaChannel) -> None:
+        if self._idle is not None:
+            self._idle.update(channel, self.clock())
 
-    def add(self, response: bytes | bytearray | PendingResponse | None) -> None:
-        if isinstance(response, PendingResponse):
-            self._queue.append(response)
-            response.frame.add_done_callback(self._ready)
-        elif self._queue:  # behind a pending response
-            self._queue.append(response)
-        else:
-            self._write(response)
-
-    def progress(self) -> asyncio.Future[None]:
-        """A future done when a response has left the queue or the connection failed."""
-        if self._waiter is None or self._waiter.done():
-            self._waiter = asyncio.get_running_loop().create_future()
-        return self._waiter
-
-    def _ready(self, _: object) -> None:
-        queue = self._queue
-        while queue:
-            head = queue[0]
-            if isinstance(head, PendingResponse):
-                if not head.frame.done():
-                    break
-                queue.popleft()
-                self._write(self._frame(head.frame))
-            else:
-                queue.popleft()
-                self._write(head)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def _frame(self, frame: asyncio.Future[bytes | bytearray | None]) -> bytes | bytearray | None:
-        if frame.cancelled():  # the server shuts down
-            self._fail()
-            return None
-        error = frame.exception()
-        if error is None:
-            return frame.result()
-        if not self.failed:  # a handler's bug in the pending part: this connection ends
-            log.error("closing connection from %s after an internal error", self._peer, exc_info=error)
-            self._fail()
-        return None
-
-    def _fail(self) -> None:
-        self.failed = True
-        self._writer.close()
-
-    def _write(self, response: bytes | bytearray | None) -> None:
-        if response is None or self.failed:
+    def _schedule_idle_check(self) -> None:
+        idle = self._idle
+        if idle is None or self.loop is None:
             return
-        if self._writer.is_closing():  # the client went away
-            self._fail()
-            return
-        self._writer.write(response)
+        next_ms = idle.next_expiry_ms()
+        delay_ms = idle.max_idle_ms + 1 if next_ms is None else max(0, next_ms - self.clock())
+        self._idle_check = self.loop.call_later(min(delay_ms, IDLE_CHECK_MAX_MS) / 1000, self._close_idle)
 
+    def _close_idle(self) -> None:
+        """Close the connections idle for longer than ``connections.max.idle.ms``, and look again when the
+        oldest of the others would be."""
+        assert self._idle is not None
+        for channel in self._idle.expired(self.clock()):
+            assert isinstance(channel, KafkaChannel)
+            log.debug("closing connection from %s: idle for longer than %d ms (connections.max.idle.ms)",
+                      channel.peer, self._idle.max_idle_ms)
+            channel.abort()
+        self._schedule_idle_check()
