@@ -7,6 +7,7 @@ is also met in process, with its checks, by ``test_io_errors.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from harness import CLOCK_MS, HarnessFailure, check_store, load_model, run
 
 import compactlog
 from compactlog import faults
+from compactlog import transactions as transaction_coordinator
 from compactlog.faults import FAULT_POINTS, IO_FAULT_POINTS
 from compactlog.transaction_state_manager import TransactionStateManager
 
@@ -45,6 +47,7 @@ def test_the_workload_goes_on_after_an_injected_error_and_fails_on_a_raw_os_erro
         assert in_flight is None and sum(len(a) for a in model.acked.values()) > 0
         # The same error let out raw, as before the transaction state's writes were wrapped: a finding.
         monkeypatch.setattr(TransactionStateManager, "write_whole", TransactionStateManager.write_whole.__wrapped__)
+        monkeypatch.setattr(transaction_coordinator, "storage_errors", lambda doing: contextlib.nullcontext())
         faults.arm_io_fault("producer-ids.rename")
         with pytest.raises(OSError) as raised:
             workload.run(str(tmp_path / "data"), str(acks), seed=4, steps=8, ready=lambda: None)
